@@ -1,0 +1,208 @@
+// Package spec holds the types every model family and the server share: checkpoints, their
+// declared controls, resolved settings, and the native Task interface. It is the leaf of the
+// models tree: families import it, and it imports no family.
+package spec
+
+import (
+	"context"
+	"fmt"
+	"image"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Capability is a workload a checkpoint declares. Routes dispatch on it, never on model names.
+type Capability string
+
+const (
+	TextToVideo Capability = "text_to_video"
+	ImageEdit   Capability = "image_edit"
+)
+
+// Size is an output resolution in pixels.
+type Size struct{ W, H int }
+
+func (s Size) String() string { return fmt.Sprintf("%dx%d", s.W, s.H) }
+
+// ParseSize reads "WxH" with positive decimal dimensions and nothing else.
+func ParseSize(v string) (Size, error) {
+	w, h, ok := strings.Cut(v, "x")
+	if !ok {
+		return Size{}, fmt.Errorf("size %q is not of the form WxH", v)
+	}
+	wi, err1 := parseDim(w)
+	hi, err2 := parseDim(h)
+	if err1 != nil || err2 != nil {
+		return Size{}, fmt.Errorf("size %q is not of the form WxH with positive integers", v)
+	}
+	return Size{wi, hi}, nil
+}
+
+func parseDim(s string) (int, error) {
+	if s == "" || len(s) > 5 || strings.TrimLeft(s, "0123456789") != "" {
+		return 0, fmt.Errorf("bad dimension %q", s)
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("bad dimension %q", s)
+	}
+	return n, nil
+}
+
+// IntRange is an inclusive range.
+type IntRange struct{ Min, Max int }
+
+func (r IntRange) Contains(v int) bool { return v >= r.Min && v <= r.Max }
+func (r IntRange) String() string      { return fmt.Sprintf("%d..%d", r.Min, r.Max) }
+
+// FloatRange is an inclusive range.
+type FloatRange struct{ Min, Max float64 }
+
+func (r FloatRange) Contains(v float64) bool { return v >= r.Min && v <= r.Max }
+func (r FloatRange) String() string          { return fmt.Sprintf("%g..%g", r.Min, r.Max) }
+
+// FrameRule says which frame counts a video model can produce: Step*k + Offset within Range
+// (Wan's VAE, for instance, needs 4k+1).
+type FrameRule struct {
+	Step, Offset int
+	Range        IntRange
+}
+
+func (r FrameRule) Allows(n int) bool {
+	return r.Range.Contains(n) && r.Step > 0 && (n-r.Offset)%r.Step == 0
+}
+
+func (r FrameRule) String() string {
+	form := fmt.Sprintf("%dk+%d", r.Step, r.Offset)
+	if r.Step == 1 && r.Offset == 0 {
+		form = "any count"
+	}
+	return fmt.Sprintf("%s in %s", form, r.Range)
+}
+
+// Controls declare every setting a checkpoint honours. Anything not declared is rejected by
+// the server; nothing is clamped or substituted.
+type Controls struct {
+	Sizes    []Size     `json:"sizes"`
+	AutoSize bool       `json:"auto_size,omitempty"` // image_edit: "auto" means the reference's size
+	Frames   *FrameRule `json:"frames,omitempty"`    // text_to_video only
+	FPS      []int      `json:"fps,omitempty"`       // text_to_video only
+	Steps    IntRange   `json:"num_inference_steps"`
+	Guidance FloatRange `json:"guidance"`
+	// GuidanceParam is the request field that carries guidance for this family
+	// ("guidance_scale" or "true_cfg_scale"); the other spelling is rejected.
+	GuidanceParam  string `json:"guidance_param"`
+	NegativePrompt bool   `json:"negative_prompt"`
+}
+
+func (c Controls) AllowsSize(s Size) bool {
+	for _, a := range c.Sizes {
+		if a == s {
+			return true
+		}
+	}
+	return false
+}
+
+func (c Controls) AllowsFPS(f int) bool {
+	for _, a := range c.FPS {
+		if a == f {
+			return true
+		}
+	}
+	return false
+}
+
+// Settings is one fully resolved generation request: every field has its final value.
+type Settings struct {
+	Prompt         string  `json:"prompt"`
+	NegativePrompt string  `json:"negative_prompt,omitempty"`
+	Size           Size    `json:"-"`
+	NumFrames      int     `json:"num_frames,omitempty"`
+	FPS            int     `json:"fps,omitempty"`
+	Steps          int     `json:"num_inference_steps"`
+	Guidance       float64 `json:"guidance"`
+	Seed           int64   `json:"seed"`
+}
+
+// Checkpoint is one servable model: identity, declared capabilities and controls, and how its
+// native Task is built.
+type Checkpoint struct {
+	ID           string       `json:"id"`
+	Family       string       `json:"family"`
+	Profile      string       `json:"profile"` // e.g. "reference/L0", "L0-random", "full"
+	Revision     string       `json:"revision"`
+	Precision    string       `json:"precision"`
+	Capabilities []Capability `json:"capabilities"`
+	Controls     Controls     `json:"controls"`
+	Defaults     Settings     `json:"defaults"`
+	// NewTask builds the in-process Task; nil for families served by a worker process.
+	NewTask func() (Task, error) `json:"-"`
+	// Worker is the argv of the long-lived worker process that runs this family's Task.
+	Worker []string `json:"-"`
+}
+
+func (c Checkpoint) Has(cap Capability) bool {
+	for _, x := range c.Capabilities {
+		if x == cap {
+			return true
+		}
+	}
+	return false
+}
+
+// Request is what a Task receives: resolved settings plus, for image_edit, the reference.
+type Request struct {
+	Settings
+	Reference image.Image
+	// Progress, when set, is called as denoising steps complete.
+	Progress func(done, total int)
+}
+
+// Actual is what a Task really produced. The server reports it and checks it equals what was
+// asked.
+type Actual struct {
+	NumFrames int     `json:"num_frames,omitempty"`
+	Width     int     `json:"width"`
+	Height    int     `json:"height"`
+	FPS       int     `json:"fps,omitempty"`
+	DurationS float64 `json:"duration_s,omitempty"`
+	Steps     int     `json:"num_inference_steps"`
+	Guidance  float64 `json:"guidance"`
+	Seed      int64   `json:"seed"`
+	Precision string  `json:"precision"`
+}
+
+// Output is a Task's result: frames (exactly one for image_edit) and what was produced.
+type Output struct {
+	Frames       []*image.RGBA
+	Actual       Actual
+	TaskWall     time.Duration // wall time of the native generation call only
+	PeakMemoryMB float64
+}
+
+// Task is a family's native generation call. Implementations must be deterministic for equal
+// requests and must honour ctx cancellation between steps.
+type Task interface {
+	Run(ctx context.Context, req Request) (Output, error)
+}
+
+// Loader is implemented by Tasks that load weights or start processes before serving; the
+// server calls Load before reporting ready, so loading is never inside a timed request.
+type Loader interface {
+	Load(ctx context.Context) error
+}
+
+// Closer releases what Load acquired.
+type Closer interface {
+	Close() error
+}
+
+// Error is a Task failure with a stable machine-readable code (e.g. "worker_crashed").
+type Error struct {
+	Code    string
+	Message string
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
