@@ -25,6 +25,14 @@ type Size struct{ W, H int }
 
 func (s Size) String() string { return fmt.Sprintf("%dx%d", s.W, s.H) }
 
+func (s Size) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+func (s *Size) UnmarshalText(b []byte) error {
+	v, err := ParseSize(string(b))
+	*s = v
+	return err
+}
+
 // ParseSize reads "WxH" with positive decimal dimensions and nothing else.
 func ParseSize(v string) (Size, error) {
 	w, h, ok := strings.Cut(v, "x")
@@ -118,7 +126,7 @@ func (c Controls) AllowsFPS(f int) bool {
 type Settings struct {
 	Prompt         string  `json:"prompt"`
 	NegativePrompt string  `json:"negative_prompt,omitempty"`
-	Size           Size    `json:"-"`
+	Size           Size    `json:"size"`
 	NumFrames      int     `json:"num_frames,omitempty"`
 	FPS            int     `json:"fps,omitempty"`
 	Steps          int     `json:"num_inference_steps"`
