@@ -59,13 +59,19 @@ func parseDim(s string) (int, error) {
 }
 
 // IntRange is an inclusive range.
-type IntRange struct{ Min, Max int }
+type IntRange struct {
+	Min int `json:"min"`
+	Max int `json:"max"`
+}
 
 func (r IntRange) Contains(v int) bool { return v >= r.Min && v <= r.Max }
 func (r IntRange) String() string      { return fmt.Sprintf("%d..%d", r.Min, r.Max) }
 
 // FloatRange is an inclusive range.
-type FloatRange struct{ Min, Max float64 }
+type FloatRange struct {
+	Min float64 `json:"min"`
+	Max float64 `json:"max"`
+}
 
 func (r FloatRange) Contains(v float64) bool { return v >= r.Min && v <= r.Max }
 func (r FloatRange) String() string          { return fmt.Sprintf("%g..%g", r.Min, r.Max) }
@@ -73,8 +79,9 @@ func (r FloatRange) String() string          { return fmt.Sprintf("%g..%g", r.Mi
 // FrameRule says which frame counts a video model can produce: Step*k + Offset within Range
 // (Wan's VAE, for instance, needs 4k+1).
 type FrameRule struct {
-	Step, Offset int
-	Range        IntRange
+	Step   int      `json:"step"`
+	Offset int      `json:"offset"`
+	Range  IntRange `json:"range"`
 }
 
 func (r FrameRule) Allows(n int) bool {
@@ -211,6 +218,9 @@ type Closer interface {
 type Error struct {
 	Code    string
 	Message string
+	// BadInput marks failures caused by the request itself (e.g. an instruction outside a
+	// family's vocabulary), which the server answers with 400 rather than 500.
+	BadInput bool
 }
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }

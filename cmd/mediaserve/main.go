@@ -1,0 +1,116 @@
+// Command mediaserve serves media-generation checkpoints over an OpenAI-compatible API
+// (docs/API.md) and runs single native Tasks without HTTP (`mediaserve task`).
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"mediaqual/models"
+	"mediaqual/models/spec"
+	"mediaqual/server"
+	"mediaqual/server/worker"
+)
+
+func main() {
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	var err error
+	if len(os.Args) > 1 && os.Args[1] == "task" {
+		err = runTask(os.Args[2:], log)
+	} else {
+		args := os.Args[1:]
+		if len(args) > 0 && args[0] == "serve" {
+			args = args[1:]
+		}
+		err = serve(args, log)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "mediaserve:", err)
+		os.Exit(1)
+	}
+}
+
+// listFlag collects a repeatable flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+
+// buildModel makes the Task for a checkpoint: in process when the family is Go, otherwise its
+// long-lived worker process.
+func buildModel(cp spec.Checkpoint, scratch string, log *slog.Logger) (server.Model, error) {
+	if cp.NewTask != nil {
+		t, err := cp.NewTask()
+		return server.Model{Checkpoint: cp, Task: t, Runtime: "in-process"}, err
+	}
+	if len(cp.Worker) == 0 {
+		return server.Model{}, fmt.Errorf("%s has neither an in-process Task nor a worker command", cp.ID)
+	}
+	t := worker.New(worker.Config{
+		Argv: cp.Worker, ScratchDir: filepath.Join(scratch, "worker-"+sanitize(cp.ID)),
+		Log: slogWriter{log.With("worker", cp.ID)},
+	})
+	return server.Model{Checkpoint: cp, Task: t, Runtime: "worker"}, nil
+}
+
+func sanitize(id string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '/' || r == ' ' {
+			return '_'
+		}
+		return r
+	}, id)
+}
+
+// slogWriter turns worker stderr lines into log records.
+type slogWriter struct{ log *slog.Logger }
+
+func (w slogWriter) Write(p []byte) (int, error) {
+	w.log.Info(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func selectModels(ids []string) ([]spec.Checkpoint, error) {
+	if len(ids) == 0 {
+		return models.Servable(), nil
+	}
+	var cps []spec.Checkpoint
+	for _, id := range ids {
+		cp, err := models.Lookup(id)
+		if err != nil {
+			return nil, err
+		}
+		cps = append(cps, cp)
+	}
+	return cps, nil
+}
+
+func loadAll(ctx context.Context, ms []server.Model) error {
+	for _, m := range ms {
+		if l, ok := m.Task.(spec.Loader); ok {
+			if err := l.Load(ctx); err != nil {
+				return fmt.Errorf("loading %s: %w", m.Checkpoint.ID, err)
+			}
+		}
+	}
+	return nil
+}
+
+func closeAll(ms []server.Model) {
+	for _, m := range ms {
+		if c, ok := m.Task.(spec.Closer); ok {
+			_ = c.Close()
+		}
+	}
+}
+
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+

@@ -1,0 +1,57 @@
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+)
+
+// apiError is the OpenAI error envelope's body plus the HTTP status that carries it.
+type apiError struct {
+	Status  int    `json:"-"`
+	Message string `json:"message"`
+	Type    string `json:"type"`
+	Param   string `json:"param,omitempty"`
+	Code    string `json:"code"`
+}
+
+func (e *apiError) Error() string { return e.Code + ": " + e.Message }
+
+func errf(status int, code, param, format string, args ...any) *apiError {
+	typ := "invalid_request_error"
+	switch {
+	case status >= 500:
+		typ = "server_error"
+	case status == http.StatusUnauthorized:
+		typ = "authentication_error"
+	case status == http.StatusTooManyRequests:
+		typ = "rate_limit_error"
+	case status == http.StatusNotFound:
+		typ = "not_found_error"
+	}
+	return &apiError{Status: status, Type: typ, Param: param, Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+func invalid(param, format string, args ...any) *apiError {
+	return errf(http.StatusBadRequest, "invalid_request", param, format, args...)
+}
+
+func unsupportedParam(param, format string, args ...any) *apiError {
+	return errf(http.StatusBadRequest, "unsupported_parameter", param, format, args...)
+}
+
+func unsupportedValue(param, format string, args ...any) *apiError {
+	return errf(http.StatusBadRequest, "unsupported_value", param, format, args...)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, e *apiError) {
+	writeJSON(w, e.Status, map[string]*apiError{"error": e})
+}

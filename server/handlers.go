@@ -1,0 +1,448 @@
+package server
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"image"
+	_ "image/jpeg" // reference uploads may be JPEG
+	_ "image/png"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	_ "golang.org/x/image/webp" // and WebP, as OpenAI's edit API allows
+
+	"mediaqual/models/spec"
+)
+
+// requestInfo is what a job keeps of the HTTP request that created it.
+type requestInfo struct {
+	requestID, correlationID, route, base string
+	inputs                                map[string]string
+}
+
+func newRequestInfo(r *http.Request, route string) requestInfo {
+	return requestInfo{
+		requestID: requestID(r), correlationID: r.Header.Get("X-Correlation-ID"),
+		route: route, base: baseURL(r), inputs: map[string]string{},
+	}
+}
+
+func digest(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// laneFor dispatches on declared capability: a model is used for a route only if it says it
+// can do that workload.
+func (s *Server) laneFor(model string, want spec.Capability) (*lane, *apiError) {
+	if model == "" {
+		return nil, invalid("model", "model is required; served: %s", strings.Join(s.order, ", "))
+	}
+	l, ok := s.lanes[model]
+	if !ok {
+		return nil, errf(http.StatusNotFound, "model_not_found", "model", "model %q is not served; served: %s", model, strings.Join(s.order, ", "))
+	}
+	if !l.model.Checkpoint.Has(want) {
+		return nil, errf(http.StatusBadRequest, "model_capability_mismatch", "model",
+			"model %s does not declare %s (it declares %v)", model, want, l.model.Checkpoint.Capabilities)
+	}
+	return l, nil
+}
+
+func (s *Server) createVideo(w http.ResponseWriter, r *http.Request) {
+	const route = "POST /v1/videos"
+	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+	f, e := readForm(r, true)
+	if e != nil {
+		s.reject(w, r, route, "", e)
+		return
+	}
+	model := f.values["model"]
+	delete(f.values, "model")
+	if name := firstKey(f.files); name != "" {
+		s.reject(w, r, route, model, unsupportedParam(name, "file field %q is not accepted: text_to_video takes no input reference", name))
+		return
+	}
+	l, e := s.laneFor(model, spec.TextToVideo)
+	if e != nil {
+		s.reject(w, r, route, model, e)
+		return
+	}
+	settings, e := Resolve(l.model.Checkpoint, spec.TextToVideo, f.values, nil)
+	if e != nil {
+		s.reject(w, r, route, model, e)
+		return
+	}
+	info := newRequestInfo(r, route)
+	info.inputs["prompt_sha256"] = digest([]byte(settings.Prompt))
+	j := s.newJob("video_", ".mp4", spec.TextToVideo, l, spec.Request{Settings: settings}, info)
+	if e, wait := s.enqueue(j); e != nil {
+		if e.Code == "server_busy" {
+			w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(wait)))
+		}
+		s.reject(w, r, route, model, e)
+		return
+	}
+	s.mu.Lock()
+	obj := s.videoObject(j)
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, obj)
+}
+
+// videoObject is the OpenAI video object plus what was produced and how long it took. Call
+// with s.mu held.
+func (s *Server) videoObject(j *job) map[string]any {
+	st := j.req.Settings
+	o := map[string]any{
+		"id": j.id, "object": "video", "model": j.lane.model.Checkpoint.ID, "status": j.status,
+		"progress": j.progress, "created_at": j.created.Unix(), "completed_at": nil, "expires_at": nil,
+		"error": nil, "prompt": st.Prompt, "size": st.Size.String(),
+		"seconds":  strconv.FormatFloat(float64(st.NumFrames)/float64(st.FPS), 'f', -1, 64),
+		"settings": st,
+	}
+	if !j.completed.IsZero() {
+		o["completed_at"], o["expires_at"] = j.completed.Unix(), j.expires.Unix()
+	}
+	if j.err != nil {
+		o["error"] = j.err
+	}
+	if p := j.product; p != nil {
+		o["url"] = j.base + "/v1/videos/" + j.id + "/content"
+		o["actual"] = p.Actual
+		o["inference_time_s"] = p.TaskWall.Seconds() // AIPerf reads these two
+		o["peak_memory_mb"] = p.PeakMemoryMB
+		o["sha256"] = p.SHA256
+	}
+	if !j.started.IsZero() {
+		o["timing"] = j.timing()
+	}
+	return o
+}
+
+func (s *Server) getVideo(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	j, e := s.lookup(r.PathValue("id"), spec.TextToVideo)
+	if e != nil {
+		s.mu.Unlock()
+		writeError(w, e)
+		return
+	}
+	obj := s.videoObject(j)
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, obj)
+}
+
+func (s *Server) listVideos(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	limit := 20
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 100 {
+			writeError(w, invalid("limit", "limit must be an integer in 1..100, got %q", v))
+			return
+		}
+		limit = n
+	}
+	order := q.Get("order")
+	if order == "" {
+		order = "desc"
+	}
+	if order != "asc" && order != "desc" {
+		writeError(w, invalid("order", "order must be asc or desc, got %q", order))
+		return
+	}
+	s.mu.Lock()
+	var all []*job
+	for _, j := range s.jobs {
+		if j.kind == spec.TextToVideo {
+			all = append(all, j)
+		}
+	}
+	sort.Slice(all, func(a, b int) bool {
+		if !all[a].created.Equal(all[b].created) {
+			return all[a].created.Before(all[b].created) == (order == "asc")
+		}
+		return (all[a].id < all[b].id) == (order == "asc")
+	})
+	if after := q.Get("after"); after != "" {
+		i := slices.IndexFunc(all, func(j *job) bool { return j.id == after })
+		if i < 0 {
+			s.mu.Unlock()
+			writeError(w, invalid("after", "no video with id %q to page after", after))
+			return
+		}
+		all = all[i+1:]
+	}
+	more := len(all) > limit
+	all = all[:min(limit, len(all))]
+	data := make([]map[string]any, len(all))
+	for i, j := range all {
+		data[i] = s.videoObject(j)
+	}
+	s.mu.Unlock()
+	page := map[string]any{"object": "list", "data": data, "has_more": more}
+	if len(data) > 0 {
+		page["first_id"], page["last_id"] = data[0]["id"], data[len(data)-1]["id"]
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+func (s *Server) videoContent(w http.ResponseWriter, r *http.Request) {
+	s.serveArtifact(w, r, spec.TextToVideo, "video/mp4")
+}
+
+func (s *Server) imageContent(w http.ResponseWriter, r *http.Request) {
+	s.serveArtifact(w, r, spec.ImageEdit, "image/png")
+}
+
+func (s *Server) serveArtifact(w http.ResponseWriter, r *http.Request, kind spec.Capability, contentType string) {
+	s.mu.Lock()
+	j, e := s.lookup(r.PathValue("id"), kind)
+	if e == nil && j.product == nil {
+		e = errf(http.StatusConflict, "job_not_complete", "id", "%s is %s; content exists only once it is completed", j.id, j.status)
+	}
+	var f *os.File
+	if e == nil {
+		// Opened under the lock: a delete racing this download unlinks the name, but the open
+		// file stays readable until we are done.
+		var err error
+		if f, err = os.Open(j.path); err != nil {
+			e = errf(http.StatusInternalServerError, "artifact_missing", "id", "artifact of %s is missing: %v", j.id, err)
+		}
+	}
+	s.mu.Unlock()
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	defer f.Close()
+	w.Header().Set("Content-Type", contentType)
+	if st, err := f.Stat(); err == nil {
+		w.Header().Set("Content-Length", strconv.FormatInt(st.Size(), 10))
+	}
+	_, _ = io.Copy(w, f)
+}
+
+func (s *Server) deleteVideo(w http.ResponseWriter, r *http.Request) {
+	s.deleteJob(w, r, spec.TextToVideo, "DELETE /v1/videos", "video.deleted")
+}
+
+func (s *Server) deleteImage(w http.ResponseWriter, r *http.Request) {
+	s.deleteJob(w, r, spec.ImageEdit, "DELETE /v1/images", "image.deleted")
+}
+
+// deleteJob cancels a queued or running job and removes its files; the job's own terminal
+// ledger line follows when its lane lets go of it.
+func (s *Server) deleteJob(w http.ResponseWriter, r *http.Request, kind spec.Capability, route, object string) {
+	s.mu.Lock()
+	j, e := s.lookup(r.PathValue("id"), kind)
+	var removed []string
+	if e == nil {
+		removed = s.forget(j, "deleted")
+	}
+	s.mu.Unlock()
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	s.ledger.write(LedgerEntry{
+		Event: "delete", RequestID: requestID(r), CorrelationID: r.Header.Get("X-Correlation-ID"),
+		Route: route, Model: j.lane.model.Checkpoint.ID, JobID: j.id, Status: "deleted", FilesRemoved: removed,
+	})
+	writeJSON(w, http.StatusOK, map[string]any{"id": j.id, "object": object, "deleted": true})
+}
+
+func (s *Server) createEdit(w http.ResponseWriter, r *http.Request) {
+	const route = "POST /v1/images/edits"
+	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+	f, e := readForm(r, false)
+	if e != nil {
+		s.reject(w, r, route, "", e)
+		return
+	}
+	model := f.values["model"]
+	ref, refBytes, respFormat, e := s.editInputs(f)
+	if e == nil {
+		_, e = s.laneFor(model, spec.ImageEdit)
+	}
+	if e != nil {
+		s.reject(w, r, route, model, e)
+		return
+	}
+	l := s.lanes[model]
+	refSize := spec.Size{W: ref.Bounds().Dx(), H: ref.Bounds().Dy()}
+	settings, e := Resolve(l.model.Checkpoint, spec.ImageEdit, f.values, &refSize)
+	if e != nil {
+		s.reject(w, r, route, model, e)
+		return
+	}
+	info := newRequestInfo(r, route)
+	info.inputs["prompt_sha256"] = digest([]byte(settings.Prompt))
+	info.inputs["reference_sha256"] = digest(refBytes)
+	info.inputs["reference_size"] = refSize.String()
+	j := s.newJob("img_", ".png", spec.ImageEdit, l, spec.Request{Settings: settings, Reference: ref}, info)
+	if e, wait := s.enqueue(j); e != nil {
+		if e.Code == "server_busy" {
+			w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(wait)))
+		}
+		s.reject(w, r, route, model, e)
+		return
+	}
+	select {
+	case <-j.done:
+	case <-r.Context().Done(): // the client left: the work is no longer wanted
+		s.mu.Lock()
+		s.forget(j, "cancelled: client disconnected")
+		s.mu.Unlock()
+		<-j.done
+		return
+	}
+	s.respondEdit(w, j, respFormat)
+}
+
+// editInputs validates the route-level edit fields and decodes the one reference image.
+func (s *Server) editInputs(f *form) (image.Image, []byte, string, *apiError) {
+	for _, name := range sortedKeys(f.files) {
+		switch name {
+		case "image", "image[]":
+		case "mask":
+			return nil, nil, "", unsupportedParam("mask", "masks are outside the image_edit workload: the whole image is edited")
+		default:
+			return nil, nil, "", unsupportedParam(name, "unknown file field %q; send the reference as image", name)
+		}
+	}
+	refs := append(f.files["image"], f.files["image[]"]...)
+	switch {
+	case len(refs) == 0:
+		return nil, nil, "", invalid("image", "a reference image file is required in field image")
+	case len(refs) > 1:
+		return nil, nil, "", unsupportedValue("image", "exactly one reference image is accepted, got %d", len(refs))
+	}
+	if n, ok := f.values["n"]; ok && strings.TrimSpace(n) != "1" {
+		return nil, nil, "", unsupportedValue("n", "n must be 1, got %q", n)
+	}
+	respFormat := "b64_json"
+	if v, ok := f.values["response_format"]; ok {
+		if v != "b64_json" && v != "url" {
+			return nil, nil, "", unsupportedValue("response_format", "response_format must be b64_json or url, got %q", v)
+		}
+		respFormat = v
+	}
+	if v, ok := f.values["output_format"]; ok && v != "png" {
+		return nil, nil, "", unsupportedValue("output_format", "output_format must be png, got %q", v)
+	}
+	for _, k := range []string{"model", "n", "response_format", "output_format"} {
+		delete(f.values, k)
+	}
+	img, e := decodeReference(refs[0], s.cfg.MaxPixels)
+	if e != nil {
+		return nil, nil, "", e
+	}
+	return img, refs[0], respFormat, nil
+}
+
+// decodeReference decodes an uploaded reference, checking its dimensions before allocating.
+func decodeReference(b []byte, maxPixels int) (image.Image, *apiError) {
+	cfg, format, err := image.DecodeConfig(bytes.NewReader(b))
+	if err != nil {
+		return nil, invalid("image", "the reference is not a PNG, JPEG or WebP image: %v", err)
+	}
+	if cfg.Width <= 0 || cfg.Height <= 0 || cfg.Width*cfg.Height > maxPixels {
+		return nil, invalid("image", "the reference is %dx%d; at most %d pixels are accepted", cfg.Width, cfg.Height, maxPixels)
+	}
+	img, _, err := image.Decode(bytes.NewReader(b))
+	if err != nil {
+		return nil, invalid("image", "the %s reference could not be decoded: %v", format, err)
+	}
+	return img, nil
+}
+
+func (s *Server) respondEdit(w http.ResponseWriter, j *job, respFormat string) {
+	s.mu.Lock()
+	p, jerr, timing := j.product, j.err, j.timing()
+	keep := respFormat == "url" && p != nil && !j.deleted
+	var png []byte
+	var readErr error
+	if p != nil && !keep {
+		png, readErr = os.ReadFile(j.path)
+	}
+	if !keep && !j.deleted {
+		s.forget(j, "returned inline") // b64_json keeps nothing on the server
+	}
+	s.mu.Unlock()
+	switch {
+	case p == nil:
+		status := http.StatusInternalServerError
+		if jerr.badInput {
+			status = http.StatusBadRequest
+		}
+		writeError(w, errf(status, jerr.Code, "", "%s", jerr.Message))
+		return
+	case readErr != nil:
+		writeError(w, errf(http.StatusInternalServerError, "artifact_missing", "", "reading the edited image: %v", readErr))
+		return
+	}
+	item := map[string]any{}
+	if keep {
+		item["url"] = j.base + "/v1/images/" + j.id + "/content"
+	} else {
+		item["b64_json"] = base64.StdEncoding.EncodeToString(png)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"id": j.id, "created": j.created.Unix(), "model": j.lane.model.Checkpoint.ID,
+		"data": []any{item}, "size": fmt.Sprintf("%dx%d", p.Actual.Width, p.Actual.Height),
+		"output_format": "png", "actual": p.Actual, "timing": timing, "sha256": p.SHA256,
+		"inference_time_s": p.TaskWall.Seconds(), "peak_memory_mb": p.PeakMemoryMB,
+		"expires_at": expiresOrNil(keep, j.expires),
+	})
+}
+
+func expiresOrNil(keep bool, t time.Time) any {
+	if !keep {
+		return nil
+	}
+	return t.Unix()
+}
+
+func firstKey[V any](m map[string]V) string {
+	if keys := sortedKeys(m); len(keys) > 0 {
+		return keys[0]
+	}
+	return ""
+}
+
+func (s *Server) listModels(w http.ResponseWriter, r *http.Request) {
+	data := make([]map[string]any, 0, len(s.order))
+	for _, id := range s.order {
+		data = append(data, s.modelObject(s.lanes[id]))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
+}
+
+func (s *Server) getModel(w http.ResponseWriter, r *http.Request) {
+	l, ok := s.lanes[r.PathValue("id")]
+	if !ok {
+		writeError(w, errf(http.StatusNotFound, "model_not_found", "id", "model %q is not served; served: %s", r.PathValue("id"), strings.Join(s.order, ", ")))
+		return
+	}
+	writeJSON(w, http.StatusOK, s.modelObject(l))
+}
+
+func (s *Server) modelObject(l *lane) map[string]any {
+	cp := l.model.Checkpoint
+	return map[string]any{
+		"id": cp.ID, "object": "model", "owned_by": "mediaserve", "created": 0,
+		"family": cp.Family, "profile": cp.Profile, "revision": cp.Revision, "precision": cp.Precision,
+		"capabilities": cp.Capabilities, "controls": cp.Controls, "defaults": cp.Defaults,
+		"runtime": l.model.Runtime, "queue_capacity": cap(l.queue),
+	}
+}

@@ -1,0 +1,285 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sync"
+	"time"
+
+	"mediaqual/models/spec"
+)
+
+// lane runs one model's jobs one at a time from a bounded queue.
+type lane struct {
+	model Model
+	queue chan *job
+
+	mu  sync.Mutex
+	avg time.Duration // moving average of job time, for Retry-After
+}
+
+// job is one accepted generation request. Fields below the mutex note are guarded by
+// Server.mu.
+type job struct {
+	id            string
+	kind          spec.Capability
+	lane          *lane
+	req           spec.Request
+	requestID     string
+	correlationID string
+	route         string
+	base          string // scheme://host the client used, for absolute URLs
+	inputs        map[string]string
+	path          string
+	ctx           context.Context
+	cancel        context.CancelCauseFunc
+	done          chan struct{}
+
+	// guarded by Server.mu
+	status    string // queued | in_progress | completed | failed
+	progress  int
+	created   time.Time
+	started   time.Time
+	completed time.Time
+	expires   time.Time
+	err       *JobError
+	product   *Product
+	deleted   bool
+}
+
+var (
+	errDeleted   = errors.New("deleted by request")
+	jobIDPattern = regexp.MustCompile(`^(video|img)_[0-9a-f]{32}$`)
+)
+
+func randomHex() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func (s *Server) newJob(prefix, ext string, kind spec.Capability, l *lane, req spec.Request, r requestInfo) *job {
+	id := prefix + randomHex()
+	ctx, cancel := context.WithCancelCause(context.Background())
+	return &job{
+		id: id, kind: kind, lane: l, req: req, requestID: r.requestID, correlationID: r.correlationID,
+		route: r.route, base: r.base, inputs: r.inputs,
+		path: filepath.Join(s.cfg.ArtifactDir, id+ext), ctx: ctx, cancel: cancel,
+		done: make(chan struct{}), status: "queued", created: time.Now(),
+	}
+}
+
+// enqueue admits j to its lane or refuses it: a full queue answers 429 with Retry-After, and a
+// refused job is never half-admitted.
+func (s *Server) enqueue(j *job) (*apiError, time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errf(503, "server_shutting_down", "", "server is shutting down"), 0
+	}
+	select {
+	case j.lane.queue <- j:
+		s.jobs[j.id] = j
+		return nil, 0
+	default:
+		l := j.lane
+		l.mu.Lock()
+		wait := l.avg * time.Duration(len(l.queue)+1)
+		l.mu.Unlock()
+		return errf(429, "server_busy", "", "the queue for %s is full (%d jobs waiting); retry later", l.model.Checkpoint.ID, cap(l.queue)), wait
+	}
+}
+
+func (s *Server) runLane(l *lane) {
+	defer s.wg.Done()
+	for j := range l.queue {
+		s.execute(l, j)
+	}
+}
+
+func (s *Server) execute(l *lane, j *job) {
+	defer close(j.done)
+	s.mu.Lock()
+	if j.ctx.Err() != nil { // deleted or shut down while queued
+		s.mu.Unlock()
+		s.finish(j, Product{}, context.Cause(j.ctx))
+		return
+	}
+	j.status, j.started = "in_progress", time.Now()
+	s.mu.Unlock()
+
+	req := j.req
+	req.Progress = func(done, total int) {
+		if total <= 0 {
+			return
+		}
+		s.mu.Lock()
+		j.progress = min(99, done*100/total) // 100 only once the artifact exists
+		s.mu.Unlock()
+	}
+	p, err := Produce(j.ctx, l.model.Task, l.model.Checkpoint, j.kind, req, j.path)
+	if err != nil && j.ctx.Err() != nil {
+		err = context.Cause(j.ctx)
+	}
+	s.finish(j, p, err)
+}
+
+// finish moves j to its terminal state and writes its one terminal ledger line.
+func (s *Server) finish(j *job, p Product, err error) {
+	s.mu.Lock()
+	now := time.Now()
+	j.completed, j.expires = now, now.Add(s.cfg.Lifetime)
+	status := "completed"
+	switch {
+	case j.deleted:
+		status = "cancelled"
+		s.removeFiles(j)
+	case err != nil:
+		status = "failed"
+		j.err = jobError(err)
+		os.Remove(j.path)
+	default:
+		j.product, j.progress = &p, 100
+	}
+	if status != "cancelled" {
+		j.status = status
+	}
+	e := LedgerEntry{
+		Event: "job", RequestID: j.requestID, CorrelationID: j.correlationID, Route: j.route,
+		Model: j.lane.model.Checkpoint.ID, JobID: j.id, Status: status, Error: j.err,
+		Settings: &j.req.Settings, Inputs: j.inputs, Timing: j.timing(),
+	}
+	if j.deleted {
+		e.Error = &JobError{Code: "cancelled", Message: "deleted before it finished"}
+	}
+	if j.product != nil {
+		e.Output = &LedgerOutput{SHA256: p.SHA256, Bytes: p.Bytes, FramesSHA256: p.FramesSHA256, PeakMemoryMB: p.PeakMemoryMB}
+		e.Actual = &p.Actual
+	}
+	s.mu.Unlock()
+
+	if status == "completed" {
+		l := j.lane
+		l.mu.Lock()
+		took := now.Sub(j.started)
+		if l.avg == 0 {
+			l.avg = took
+		} else {
+			l.avg = (l.avg*7 + took) / 8
+		}
+		l.mu.Unlock()
+	}
+	s.ledger.write(e)
+}
+
+func jobError(err error) *JobError {
+	var se *spec.Error
+	switch {
+	case errors.As(err, &se):
+		return &JobError{Code: se.Code, Message: se.Message, badInput: se.BadInput}
+	case errors.Is(err, errShutdown):
+		return &JobError{Code: "server_shutdown", Message: "the server shut down before the job finished"}
+	}
+	return &JobError{Code: "task_failed", Message: err.Error()}
+}
+
+// timing must be called with s.mu held.
+func (j *job) timing() *Timing {
+	if j.started.IsZero() {
+		return &Timing{}
+	}
+	t := &Timing{QueueMS: ms(j.started.Sub(j.created))}
+	if !j.completed.IsZero() {
+		t.TotalMS = ms(j.completed.Sub(j.created))
+	}
+	if j.product != nil {
+		t.TaskCallWallMS, t.EncodeMS = ms(j.product.TaskWall), ms(j.product.Encode)
+	}
+	return t
+}
+
+// removeFiles deletes j's artifact (and any partial file) and reports what it removed. Call
+// with s.mu held.
+func (s *Server) removeFiles(j *job) []string {
+	var removed []string
+	for _, p := range []string{j.path, filepath.Join(filepath.Dir(j.path), "."+filepath.Base(j.path)+".tmp")} {
+		if err := os.Remove(p); err == nil {
+			removed = append(removed, filepath.Base(p))
+		}
+	}
+	return removed
+}
+
+// forget removes j from the store for good (delete or expiry). Call with s.mu held.
+func (s *Server) forget(j *job, why string) []string {
+	delete(s.jobs, j.id)
+	const maxGone = 10000
+	if len(s.gone) >= maxGone {
+		clear(s.gone) // tombstones only improve 404 messages; dropping them loses no job
+	}
+	s.gone[j.id] = why
+	j.deleted = true
+	j.cancel(errDeleted)
+	return s.removeFiles(j)
+}
+
+// lookup finds a live job of the given kind; the 404 names why a known id is gone.
+func (s *Server) lookup(id string, kind spec.Capability) (*job, *apiError) {
+	noun, code := "video", "video_not_found"
+	if kind == spec.ImageEdit {
+		noun, code = "image", "image_not_found"
+	}
+	if !jobIDPattern.MatchString(id) {
+		return nil, errf(404, code, "id", "no %s with id %q", noun, id)
+	}
+	if j, ok := s.jobs[id]; ok && j.kind == kind {
+		return j, nil
+	}
+	if why, ok := s.gone[id]; ok {
+		return nil, errf(404, code, "id", "%s %s was %s", noun, id, why)
+	}
+	return nil, errf(404, code, "id", "no %s with id %q", noun, id)
+}
+
+func (s *Server) janitor() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.cfg.JanitorEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case now := <-t.C:
+			s.expire(now)
+		}
+	}
+}
+
+func (s *Server) expire(now time.Time) {
+	var entries []LedgerEntry
+	s.mu.Lock()
+	for _, j := range s.jobs {
+		if j.completed.IsZero() || now.Before(j.expires) {
+			continue
+		}
+		removed := s.forget(j, "expired at "+j.expires.UTC().Format(time.RFC3339))
+		entries = append(entries, LedgerEntry{
+			Event: "expire", RequestID: j.requestID, Route: j.route, Model: j.lane.model.Checkpoint.ID,
+			JobID: j.id, Status: "expired", FilesRemoved: removed,
+		})
+	}
+	s.mu.Unlock()
+	for _, e := range entries {
+		s.ledger.write(e)
+	}
+}
+
+func retryAfterSeconds(d time.Duration) int {
+	return int(min(3600, max(1, math.Ceil(d.Seconds()))))
+}

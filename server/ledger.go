@@ -1,0 +1,86 @@
+package server
+
+import (
+	"encoding/json"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"mediaqual/models/spec"
+)
+
+// LedgerEntry is one line of the request ledger. Every accepted job gets exactly one terminal
+// entry (completed, failed or cancelled); every rejected request, delete and expiry gets its
+// own. The suite joins these to client records on request_id.
+type LedgerEntry struct {
+	Time          time.Time         `json:"time"`
+	Event         string            `json:"event"` // job | rejected | delete | expire
+	RequestID     string            `json:"request_id"`
+	CorrelationID string            `json:"correlation_id,omitempty"`
+	Route         string            `json:"route"`
+	Model         string            `json:"model,omitempty"`
+	JobID         string            `json:"job_id,omitempty"`
+	Status        string            `json:"status"` // completed | failed | cancelled | rejected | deleted | expired
+	HTTPStatus    int               `json:"http_status,omitempty"`
+	Error         *JobError         `json:"error,omitempty"`
+	Settings      *spec.Settings    `json:"settings,omitempty"`
+	Inputs        map[string]string `json:"inputs,omitempty"` // digests of what came in
+	Output        *LedgerOutput     `json:"output,omitempty"`
+	Actual        *spec.Actual      `json:"actual,omitempty"`
+	Timing        *Timing           `json:"timing,omitempty"`
+	FilesRemoved  []string          `json:"files_removed,omitempty"`
+}
+
+// LedgerOutput digests the artifact and the raw frames it was encoded from.
+type LedgerOutput struct {
+	SHA256       string  `json:"sha256"`
+	Bytes        int64   `json:"bytes"`
+	FramesSHA256 string  `json:"frames_sha256"`
+	PeakMemoryMB float64 `json:"peak_memory_mb"`
+}
+
+// JobError is the error object of a failed job.
+type JobError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+
+	badInput bool // the request was at fault: an edit answers 400, not 500
+}
+
+// Timing splits a job's time so client latency can be set against the Task alone.
+type Timing struct {
+	QueueMS        float64 `json:"queue_ms"`
+	TaskCallWallMS float64 `json:"task_call_wall_ms"`
+	EncodeMS       float64 `json:"encode_ms"`
+	TotalMS        float64 `json:"total_ms"` // accepted -> completed, as the server saw it
+}
+
+type ledger struct {
+	mu  sync.Mutex
+	enc *json.Encoder
+	log *slog.Logger
+}
+
+func newLedger(w io.Writer, log *slog.Logger) *ledger {
+	if w == nil {
+		w = io.Discard
+	}
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	return &ledger{enc: enc, log: log}
+}
+
+func (l *ledger) write(e LedgerEntry) {
+	if e.Time.IsZero() {
+		e.Time = time.Now().UTC()
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.enc.Encode(e); err != nil {
+		// A full disk must not take serving down, but it must not pass unnoticed either.
+		l.log.Error("ledger write failed", "err", err, "request_id", e.RequestID)
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

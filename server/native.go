@@ -1,0 +1,41 @@
+package server
+
+import (
+	"context"
+	"fmt"
+
+	"mediaqual/models/spec"
+)
+
+// DefaultMaxPixels bounds reference images on every path.
+const DefaultMaxPixels = 4096 * 4096
+
+// RunNative is the native path: the same settings resolution, Task, checks and encoder as an
+// HTTP job, without HTTP. The suite compares its artifact with the served one byte for byte.
+// fields use the HTTP field names; reference is the encoded image for image_edit.
+func RunNative(ctx context.Context, m Model, capability spec.Capability, fields map[string]string, reference []byte, outPath string) (spec.Settings, Product, error) {
+	cp := m.Checkpoint
+	if !cp.Has(capability) {
+		return spec.Settings{}, Product{}, fmt.Errorf("model %s does not declare %s (it declares %v)", cp.ID, capability, cp.Capabilities)
+	}
+	req := spec.Request{}
+	var refSize *spec.Size
+	if capability == spec.ImageEdit {
+		if reference == nil {
+			return spec.Settings{}, Product{}, fmt.Errorf("image_edit needs a reference image")
+		}
+		img, e := decodeReference(reference, DefaultMaxPixels)
+		if e != nil {
+			return spec.Settings{}, Product{}, e
+		}
+		req.Reference = img
+		refSize = &spec.Size{W: img.Bounds().Dx(), H: img.Bounds().Dy()}
+	}
+	settings, e := Resolve(cp, capability, fields, refSize)
+	if e != nil {
+		return settings, Product{}, e
+	}
+	req.Settings = settings
+	p, err := Produce(ctx, m.Task, cp, capability, req, outPath)
+	return settings, p, err
+}
