@@ -2,9 +2,9 @@ module mediaqual
 
 go 1.26.0
 
-require github.com/stretchr/testify v1.12.1
-
 require (
-	go.yaml.in/yaml/v3 v3.0.5 // indirect
-	golang.org/x/image v0.48.0 // indirect
+	github.com/stretchr/testify v1.12.1
+	golang.org/x/image v0.48.0
 )
+
+require go.yaml.in/yaml/v3 v3.0.5 // indirect

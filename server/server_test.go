@@ -1,0 +1,515 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"image"
+	"image/color"
+	"image/png"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"mediaqual/harness/media"
+	"mediaqual/models/spec"
+	"mediaqual/server"
+)
+
+func TestHealthReadyModelsAndRequestID(t *testing.T) {
+	e := start(t, server.Config{})
+	for _, tc := range []struct {
+		path   string
+		status int
+	}{
+		{"/health", 200}, {"/ready", 200}, {"/v1/models", 200}, {"/v1/models/ref-edit", 200},
+		{"/v1/models/nope", 404}, {"/v1/nothing", 404},
+	} {
+		r := e.do(t, "GET", tc.path, "", nil)
+		assert.Equal(t, tc.status, r.status, tc.path)
+		assert.Equal(t, "application/json", r.header.Get("Content-Type"), tc.path)
+		assert.NotEmpty(t, r.header.Get("X-Request-ID"), tc.path)
+		if tc.status >= 400 {
+			assert.NotEmpty(t, r.apiErr(t)["message"], tc.path)
+		}
+	}
+	r := e.do(t, "GET", "/health", "", nil, "X-Request-ID", "abc-123")
+	assert.Equal(t, "abc-123", r.header.Get("X-Request-ID"))
+
+	models := e.do(t, "GET", "/v1/models", "", nil).json(t)["data"].([]any)
+	byID := map[string]map[string]any{}
+	for _, m := range models {
+		m := m.(map[string]any)
+		byID[m["id"].(string)] = m
+	}
+	require.Contains(t, byID, "ref-t2v")
+	assert.Equal(t, []any{"text_to_video"}, byID["ref-t2v"]["capabilities"])
+	assert.Equal(t, "reference/L0", byID["ref-t2v"]["profile"])
+	for _, k := range []string{"revision", "precision", "controls", "defaults", "family"} {
+		assert.NotEmpty(t, byID["ref-edit"][k], k)
+	}
+}
+
+func TestReadyOnlyAfterLoad(t *testing.T) {
+	srv, err := server.New(server.Config{Models: referenceModels(t), ArtifactDir: t.TempDir()})
+	require.NoError(t, err)
+	h := srv.Handler()
+	rec := httptestRecorder(h, "GET", "/ready")
+	assert.Equal(t, 503, rec.Code)
+	require.NoError(t, srv.Load(context.Background()))
+	assert.Equal(t, 200, httptestRecorder(h, "GET", "/ready").Code)
+	require.NoError(t, srv.Close())
+}
+
+// TestVideoLifecycle runs a ref-t2v job created each way a client may send it, down to the
+// bytes ffprobe sees.
+func TestVideoLifecycle(t *testing.T) {
+	e := start(t, server.Config{})
+	fields := map[string]string{"model": "ref-t2v", "prompt": "a red ball rolls left", "size": "160x96",
+		"num_frames": "9", "fps": "8", "num_inference_steps": "2", "guidance_scale": "5.0", "seed": "3"}
+	for name, create := range map[string]func() response{
+		"multipart (AIPerf form)": func() response { return e.postForm(t, "/v1/videos", fields) },
+		"json": func() response {
+			return e.postJSON(t, "/v1/videos", map[string]any{"model": "ref-t2v", "prompt": "a red ball rolls left",
+				"size": "160x96", "num_frames": 9, "fps": 8, "num_inference_steps": 2, "guidance_scale": 5.0, "seed": 3})
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := create()
+			require.Equal(t, 200, r.status, "%s", r.body)
+			obj := r.json(t)
+			assert.Equal(t, "video", obj["object"])
+			assert.Contains(t, []any{"queued", "in_progress"}, obj["status"])
+			id := obj["id"].(string)
+
+			done := e.waitVideo(t, id)
+			require.Equal(t, "completed", done["status"], "%v", done)
+			assert.EqualValues(t, 100, done["progress"])
+			assert.Equal(t, e.http.URL+"/v1/videos/"+id+"/content", done["url"])
+			actual := done["actual"].(map[string]any)
+			assert.EqualValues(t, 9, actual["num_frames"])
+			assert.EqualValues(t, 160, actual["width"])
+			assert.EqualValues(t, 96, actual["height"])
+			assert.EqualValues(t, 8, actual["fps"])
+			assert.InDelta(t, 9.0/8, actual["duration_s"], 1e-9)
+			assert.Greater(t, done["inference_time_s"], 0.0)
+			assert.NotNil(t, done["expires_at"])
+
+			c := e.do(t, "GET", "/v1/videos/"+id+"/content", "", nil)
+			require.Equal(t, 200, c.status)
+			assert.Equal(t, "video/mp4", c.header.Get("Content-Type"))
+			path := filepath.Join(t.TempDir(), "clip.mp4")
+			require.NoError(t, os.WriteFile(path, c.body, 0o644))
+			p, err := media.FFprobe(context.Background(), path)
+			require.NoError(t, err)
+			assert.Equal(t, 9, p.Frames)
+			assert.Equal(t, [2]int{160, 96}, [2]int{p.Width, p.Height})
+			assert.Equal(t, "8", p.FPS.RatString())
+			assert.InDelta(t, 9.0/8, p.DurationS, 1e-6)
+
+			list := e.do(t, "GET", "/v1/videos?order=asc&limit=100", "", nil).json(t)
+			assert.Contains(t, ids(list["data"]), id)
+
+			d := e.do(t, "DELETE", "/v1/videos/"+id, "", nil)
+			require.Equal(t, 200, d.status)
+			assert.Equal(t, map[string]any{"id": id, "object": "video.deleted", "deleted": true}, d.json(t))
+			assert.Equal(t, 404, e.do(t, "GET", "/v1/videos/"+id, "", nil).status)
+			gone := e.do(t, "GET", "/v1/videos/"+id+"/content", "", nil)
+			assert.Equal(t, 404, gone.status)
+			assert.Contains(t, gone.apiErr(t)["message"], "deleted")
+			assert.Empty(t, e.files(t))
+		})
+	}
+}
+
+func ids(data any) []string {
+	var out []string
+	for _, o := range data.([]any) {
+		out = append(out, o.(map[string]any)["id"].(string))
+	}
+	return out
+}
+
+func TestContentBeforeCompletionAndDeleteRunning(t *testing.T) {
+	task := &fakeTask{gate: make(chan struct{})}
+	e := start(t, server.Config{Models: []server.Model{{Checkpoint: fakeCheckpoint("fake", spec.TextToVideo), Task: task}}})
+	running := e.postForm(t, "/v1/videos", map[string]string{"model": "fake", "prompt": "p"}).json(t)["id"].(string)
+	queued := e.postForm(t, "/v1/videos", map[string]string{"model": "fake", "prompt": "q"}).json(t)["id"].(string)
+
+	r := e.do(t, "GET", "/v1/videos/"+running+"/content", "", nil)
+	assert.Equal(t, 409, r.status)
+	assert.Equal(t, "job_not_complete", r.apiErr(t)["code"])
+
+	for _, id := range []string{queued, running} {
+		assert.Equal(t, 200, e.do(t, "DELETE", "/v1/videos/"+id, "", nil).status)
+	}
+	close(task.gate)
+	later := e.postForm(t, "/v1/videos", map[string]string{"model": "fake", "prompt": "later"}).json(t)["id"].(string)
+	assert.Equal(t, "completed", e.waitVideo(t, later)["status"], "the lane keeps serving after deletes")
+
+	require.Eventually(t, func() bool {
+		return countStatus(e.ledger.entries(t), "job", "cancelled") == 2
+	}, 5*time.Second, 10*time.Millisecond, "each deleted job gets its terminal ledger line")
+	require.NoError(t, e.srv.Close())
+	assert.Empty(t, e.files(t))
+}
+
+func countStatus(entries []server.LedgerEntry, event, status string) int {
+	n := 0
+	for _, e := range entries {
+		if e.Event == event && e.Status == status {
+			n++
+		}
+	}
+	return n
+}
+
+func TestExpiryRemovesArtifacts(t *testing.T) {
+	e := start(t, server.Config{
+		Models:   []server.Model{{Checkpoint: fakeCheckpoint("fake", spec.TextToVideo), Task: &fakeTask{}}},
+		Lifetime: 300 * time.Millisecond, JanitorEvery: 20 * time.Millisecond,
+	})
+	id := e.postForm(t, "/v1/videos", map[string]string{"model": "fake", "prompt": "p"}).json(t)["id"].(string)
+	done := e.waitVideo(t, id)
+	require.Equal(t, "completed", done["status"])
+	assert.Len(t, e.files(t), 1)
+	require.Eventually(t, func() bool { return len(e.files(t)) == 0 }, 5*time.Second, 20*time.Millisecond)
+	r := e.do(t, "GET", "/v1/videos/"+id, "", nil)
+	assert.Equal(t, 404, r.status)
+	assert.Contains(t, r.apiErr(t)["message"], "expired")
+	assert.Equal(t, 1, countStatus(e.ledger.entries(t), "expire", "expired"))
+}
+
+func TestRejectedVideoRequests(t *testing.T) {
+	e := start(t, server.Config{MaxBodyBytes: 1 << 16})
+	base := map[string]string{"model": "ref-t2v", "prompt": "a cat"}
+	with := func(kv ...string) map[string]string {
+		m := map[string]string{}
+		for k, v := range base {
+			m[k] = v
+		}
+		for i := 0; i < len(kv); i += 2 {
+			if kv[i+1] == "<absent>" {
+				delete(m, kv[i])
+			} else {
+				m[kv[i]] = kv[i+1]
+			}
+		}
+		return m
+	}
+	for _, tc := range []struct {
+		name        string
+		fields      map[string]string
+		status      int
+		code, param string
+		msg         string
+	}{
+		{"unknown field", with("colour", "red"), 400, "unsupported_parameter", "colour", "unknown parameter"},
+		{"missing prompt", with("prompt", "<absent>"), 400, "invalid_request", "prompt", "prompt is required"},
+		{"blank prompt", with("prompt", "   "), 400, "invalid_request", "prompt", "prompt is required"},
+		{"missing model", with("model", "<absent>"), 400, "invalid_request", "model", "model is required"},
+		{"unknown model", with("model", "sora-9"), 404, "model_not_found", "model", "not served"},
+		{"capability mismatch", with("model", "ref-edit"), 400, "model_capability_mismatch", "model", "does not declare text_to_video"},
+		{"unsupported size", with("size", "1920x1080"), 400, "unsupported_value", "size", "supported: 320x192"},
+		{"malformed size", with("size", "big"), 400, "invalid_request", "size", "WxH"},
+		{"negative size", with("size", "-320x192"), 400, "invalid_request", "size", "WxH"},
+		{"frame rule", with("num_frames", "16"), 400, "unsupported_value", "num_frames", "4k+1"},
+		{"too many frames", with("num_frames", "401"), 400, "unsupported_value", "num_frames", "4k+1"},
+		{"fractional frames", with("num_frames", "17.5"), 400, "invalid_request", "num_frames", "integer"},
+		{"fps", with("fps", "30"), 400, "unsupported_value", "fps", "[8 16 24]"},
+		{"steps zero", with("num_inference_steps", "0"), 400, "unsupported_value", "num_inference_steps", "1..50"},
+		{"steps NaN", with("num_inference_steps", "NaN"), 400, "invalid_request", "num_inference_steps", "integer"},
+		{"guidance NaN", with("guidance_scale", "NaN"), 400, "invalid_request", "guidance_scale", "finite"},
+		{"guidance range", with("guidance_scale", "99"), 400, "unsupported_value", "guidance_scale", "0..20"},
+		{"wrong guidance spelling", with("true_cfg_scale", "4"), 400, "unsupported_parameter", "true_cfg_scale", "guidance_scale"},
+		{"negative prompt unsupported", with("negative_prompt", "blur"), 400, "unsupported_parameter", "negative_prompt", "does not support"},
+		{"negative seed", with("seed", "-1"), 400, "unsupported_value", "seed", "0.."},
+		{"seconds not whole frames", with("seconds", "0.3", "fps", "16"), 400, "unsupported_value", "seconds", "not a whole frame count"},
+		{"seconds off the frame rule", with("seconds", "2", "fps", "16"), 400, "unsupported_value", "seconds", "4k+1"},
+		{"seconds disagree with frames", with("seconds", "4", "num_frames", "17"), 400, "unsupported_value", "seconds", "agree"},
+		{"seconds zero", with("seconds", "0"), 400, "invalid_request", "seconds", "positive"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := e.postForm(t, "/v1/videos", tc.fields)
+			require.Equal(t, tc.status, r.status, "%s", r.body)
+			ae := r.apiErr(t)
+			assert.Equal(t, tc.code, ae["code"])
+			assert.Equal(t, tc.param, ae["param"])
+			assert.Contains(t, ae["message"], tc.msg)
+		})
+	}
+	t.Run("seconds alone set the frame count", func(t *testing.T) {
+		r := e.postForm(t, "/v1/videos", with("seconds", "0.5625", "fps", "16")) // 9 frames
+		require.Equal(t, 200, r.status, "%s", r.body)
+		assert.EqualValues(t, 9, r.json(t)["settings"].(map[string]any)["num_frames"])
+	})
+	for _, tc := range []struct {
+		name, ct, body string
+		status         int
+		code           string
+	}{
+		{"json array", "application/json", `[1,2]`, 400, "invalid_request"},
+		{"json nested value", "application/json", `{"model":"ref-t2v","prompt":"x","size":{"w":1}}`, 400, "invalid_request"},
+		{"json trailing data", "application/json", `{"model":"ref-t2v","prompt":"x"} {}`, 400, "invalid_request"},
+		{"text/plain", "text/plain", "prompt=x", 415, "unsupported_media_type"},
+		{"no content type", "", "x", 415, "unsupported_media_type"},
+		{"multipart without boundary", "multipart/form-data", "x", 400, "invalid_request"},
+		{"truncated multipart", "multipart/form-data; boundary=zz", "--zz\r\nContent-Disposition: form-data; name=\"prompt\"\r\n\r\nhi", 400, "invalid_request"},
+		{"body too large", "application/json", `{"prompt":"` + strings.Repeat("a", 1<<17) + `"}`, 413, "request_too_large"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := e.do(t, "POST", "/v1/videos", tc.ct, strings.NewReader(tc.body))
+			require.Equal(t, tc.status, r.status, "%s", r.body)
+			assert.Equal(t, tc.code, r.apiErr(t)["code"])
+		})
+	}
+	assert.Equal(t, 200, e.do(t, "GET", "/health", "", nil).status, "still serving")
+	for _, l := range e.ledger.entries(t) {
+		if l.Event == "rejected" {
+			assert.NotEmpty(t, l.RequestID)
+			assert.NotEmpty(t, l.Error.Code)
+		}
+	}
+	for _, id := range []string{"..%2F..%2Fetc%2Fpasswd", "video_%E2%80%AE", "video_zz"} {
+		r := e.do(t, "GET", "/v1/videos/"+id+"/content", "", nil)
+		assert.Equal(t, 404, r.status, id)
+		assert.Equal(t, "video_not_found", r.apiErr(t)["code"], id)
+	}
+}
+
+func TestQueueSaturation(t *testing.T) {
+	task := &fakeTask{gate: make(chan struct{})}
+	e := start(t, server.Config{QueueCapacity: 2, Models: []server.Model{{Checkpoint: fakeCheckpoint("fake", spec.TextToVideo), Task: task}}})
+	var accepted []string
+	refused := 0
+	for i := range 6 {
+		r := e.postForm(t, "/v1/videos", map[string]string{"model": "fake", "prompt": "p", "seed": string(rune('0' + i))})
+		switch r.status {
+		case 200:
+			accepted = append(accepted, r.json(t)["id"].(string))
+		case 429:
+			refused++
+			assert.Equal(t, "server_busy", r.apiErr(t)["code"])
+			assert.NotEmpty(t, r.header.Get("Retry-After"))
+		default:
+			t.Fatalf("unexpected %d: %s", r.status, r.body)
+		}
+		time.Sleep(10 * time.Millisecond) // let the lane pick up the first job
+	}
+	assert.Len(t, accepted, 3, "one running plus a queue of two")
+	assert.Equal(t, 3, refused)
+	close(task.gate)
+	for _, id := range accepted {
+		assert.Equal(t, "completed", e.waitVideo(t, id)["status"], "no accepted job is lost")
+	}
+	entries := e.ledger.entries(t)
+	assert.Equal(t, 3, countStatus(entries, "job", "completed"))
+	assert.Equal(t, 3, countStatus(entries, "rejected", "rejected"))
+}
+
+func TestActualMismatchFailsTheJob(t *testing.T) {
+	for name, lie := range map[string]func(*spec.Output){
+		"frames":     func(o *spec.Output) { o.Frames = o.Frames[1:] },
+		"fps":        func(o *spec.Output) { o.Actual.FPS = 30 },
+		"seed":       func(o *spec.Output) { o.Actual.Seed++ },
+		"frame size": func(o *spec.Output) { o.Frames[0] = image.NewRGBA(image.Rect(0, 0, 2, 2)) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := start(t, server.Config{Models: []server.Model{{Checkpoint: fakeCheckpoint("fake", spec.TextToVideo), Task: &fakeTask{lie: lie}}}})
+			id := e.postForm(t, "/v1/videos", map[string]string{"model": "fake", "prompt": "p"}).json(t)["id"].(string)
+			done := e.waitVideo(t, id)
+			assert.Equal(t, "failed", done["status"])
+			assert.Equal(t, "actual_mismatch", done["error"].(map[string]any)["code"])
+			assert.Empty(t, e.files(t))
+		})
+	}
+}
+
+func TestImageEdit(t *testing.T) {
+	e := start(t, server.Config{MaxPixels: 1 << 20})
+	ref := pngBytes(t, 96, 64, color.RGBA{40, 90, 200, 255})
+	img := part{"image", "ref.png", ref}
+
+	r := e.postForm(t, "/v1/images/edits", map[string]string{"model": "ref-edit", "prompt": "invert the colours", "size": "auto", "response_format": "b64_json", "n": "1"}, img)
+	require.Equal(t, 200, r.status, "%s", r.body)
+	obj := r.json(t)
+	assert.Equal(t, "96x64", obj["size"])
+	out, err := base64.StdEncoding.DecodeString(obj["data"].([]any)[0].(map[string]any)["b64_json"].(string))
+	require.NoError(t, err)
+	dec, err := png.Decode(bytes.NewReader(out))
+	require.NoError(t, err)
+	assert.Equal(t, image.Rect(0, 0, 96, 64), dec.Bounds())
+	refImg, _ := png.Decode(bytes.NewReader(ref))
+	assert.NotEqual(t, pixel(refImg, 10, 10), pixel(dec, 10, 10), "the edit changed the image")
+	assert.Empty(t, e.files(t), "b64_json keeps nothing on disk")
+
+	r = e.postForm(t, "/v1/images/edits", map[string]string{"model": "ref-edit", "prompt": "grayscale", "size": "256x256", "response_format": "url"}, part{"image[]", "ref.png", ref})
+	require.Equal(t, 200, r.status, "%s", r.body)
+	obj = r.json(t)
+	url := obj["data"].([]any)[0].(map[string]any)["url"].(string)
+	require.True(t, strings.HasPrefix(url, e.http.URL+"/v1/images/img_"))
+	c := e.do(t, "GET", strings.TrimPrefix(url, e.http.URL), "", nil)
+	require.Equal(t, 200, c.status)
+	assert.Equal(t, "image/png", c.header.Get("Content-Type"))
+	cfg, err := png.DecodeConfig(bytes.NewReader(c.body))
+	require.NoError(t, err)
+	assert.Equal(t, [2]int{256, 256}, [2]int{cfg.Width, cfg.Height})
+	assert.Len(t, e.files(t), 1)
+	assert.Equal(t, 200, e.do(t, "DELETE", "/v1/images/"+obj["id"].(string), "", nil).status)
+	assert.Empty(t, e.files(t))
+
+	bigRef := pngBytes(t, 1100, 1000, color.RGBA{1, 2, 3, 255})
+	for _, tc := range []struct {
+		name   string
+		fields map[string]string
+		files  []part
+		status int
+		code   string
+		param  string
+	}{
+		{"no image", map[string]string{"model": "ref-edit", "prompt": "invert"}, nil, 400, "invalid_request", "image"},
+		{"two references", map[string]string{"model": "ref-edit", "prompt": "invert"}, []part{{"image[]", "a.png", ref}, {"image[]", "b.png", ref}}, 400, "unsupported_value", "image"},
+		{"mask", map[string]string{"model": "ref-edit", "prompt": "invert"}, []part{img, {"mask", "m.png", ref}}, 400, "unsupported_parameter", "mask"},
+		{"n=2", map[string]string{"model": "ref-edit", "prompt": "invert", "n": "2"}, []part{img}, 400, "unsupported_value", "n"},
+		{"jpeg output", map[string]string{"model": "ref-edit", "prompt": "invert", "output_format": "jpeg"}, []part{img}, 400, "unsupported_value", "output_format"},
+		{"response format", map[string]string{"model": "ref-edit", "prompt": "invert", "response_format": "html"}, []part{img}, 400, "unsupported_value", "response_format"},
+		{"not an image", map[string]string{"model": "ref-edit", "prompt": "invert"}, []part{{"image", "x.png", []byte("hello")}}, 400, "invalid_request", "image"},
+		{"truncated png", map[string]string{"model": "ref-edit", "prompt": "invert"}, []part{{"image", "x.png", ref[:len(ref)/2]}}, 400, "invalid_request", "image"},
+		{"huge reference", map[string]string{"model": "ref-edit", "prompt": "invert"}, []part{{"image", "x.png", bigRef}}, 400, "invalid_request", "image"},
+		{"video model", map[string]string{"model": "ref-t2v", "prompt": "invert"}, []part{img}, 400, "model_capability_mismatch", "model"},
+		{"unsupported size", map[string]string{"model": "ref-edit", "prompt": "invert", "size": "1000x1000"}, []part{img}, 400, "unsupported_value", "size"},
+		{"unknown field", map[string]string{"model": "ref-edit", "prompt": "invert", "quality": "high"}, []part{img}, 400, "unsupported_parameter", "quality"},
+		{"instruction outside vocabulary", map[string]string{"model": "ref-edit", "prompt": "add a hat"}, []part{img}, 400, "unsupported_instruction", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := e.postForm(t, "/v1/images/edits", tc.fields, tc.files...)
+			require.Equal(t, tc.status, r.status, "%s", r.body)
+			ae := r.apiErr(t)
+			assert.Equal(t, tc.code, ae["code"])
+			assert.Equal(t, tc.param, ae["param"])
+		})
+	}
+	json := e.postJSON(t, "/v1/images/edits", map[string]string{"model": "ref-edit", "prompt": "invert"})
+	assert.Equal(t, 415, json.status)
+	assert.Empty(t, e.files(t))
+}
+
+func pixel(img image.Image, x, y int) [4]uint32 {
+	r, g, b, a := img.At(x, y).RGBA()
+	return [4]uint32{r, g, b, a}
+}
+
+func TestAuth(t *testing.T) {
+	e := start(t, server.Config{APIKey: "s3cret"})
+	assert.Equal(t, 200, e.do(t, "GET", "/health", "", nil).status)
+	r := e.do(t, "GET", "/v1/models", "", nil)
+	assert.Equal(t, 401, r.status)
+	assert.Equal(t, "unauthorized", r.apiErr(t)["code"])
+	assert.Equal(t, 401, e.do(t, "GET", "/v1/models", "", nil, "Authorization", "Bearer wrong").status)
+	assert.Equal(t, 200, e.do(t, "GET", "/v1/models", "", nil, "Authorization", "Bearer s3cret").status)
+}
+
+func TestLedgerRecordsEveryRequest(t *testing.T) {
+	e := start(t, server.Config{})
+	r := e.do(t, "POST", "/v1/videos", "", nil, "X-Request-ID", "bad-1")
+	require.Equal(t, 415, r.status)
+	body, ct := multipartBody(t, map[string]string{"model": "ref-t2v", "prompt": "ledger", "size": "160x96", "num_frames": "5"})
+	r = e.do(t, "POST", "/v1/videos", ct, body, "X-Request-ID", "good-1", "X-Correlation-ID", "session-9")
+	require.Equal(t, 200, r.status)
+	id := r.json(t)["id"].(string)
+	require.Equal(t, "completed", e.waitVideo(t, id)["status"])
+
+	byReq := map[string]server.LedgerEntry{}
+	for _, l := range e.ledger.entries(t) {
+		byReq[l.RequestID] = l
+	}
+	bad := byReq["bad-1"]
+	assert.Equal(t, "rejected", bad.Status)
+	assert.Equal(t, 415, bad.HTTPStatus)
+	good := byReq["good-1"]
+	assert.Equal(t, "job", good.Event)
+	assert.Equal(t, "completed", good.Status)
+	assert.Equal(t, "session-9", good.CorrelationID)
+	assert.Equal(t, id, good.JobID)
+	assert.Equal(t, "ref-t2v", good.Model)
+	assert.Len(t, good.Inputs["prompt_sha256"], 64)
+	require.NotNil(t, good.Output)
+	assert.Len(t, good.Output.SHA256, 64)
+	assert.Len(t, good.Output.FramesSHA256, 64)
+	assert.Equal(t, 5, good.Actual.NumFrames)
+	assert.Equal(t, 5, good.Settings.NumFrames)
+	assert.Greater(t, good.Timing.TaskCallWallMS, 0.0)
+	assert.Greater(t, good.Timing.EncodeMS, 0.0)
+	assert.GreaterOrEqual(t, good.Timing.TotalMS, good.Timing.TaskCallWallMS+good.Timing.EncodeMS)
+}
+
+// TestDeterministicAndNative: the same inputs and seed give identical bytes over HTTP, and the
+// HTTP artifact equals the native path's.
+func TestDeterministicAndNative(t *testing.T) {
+	e := start(t, server.Config{})
+	fields := map[string]string{"prompt": "two squares orbit", "size": "160x96", "num_frames": "9", "fps": "16", "num_inference_steps": "3", "seed": "11"}
+	var digests []string
+	for range 2 {
+		f := map[string]string{"model": "ref-t2v"}
+		for k, v := range fields {
+			f[k] = v
+		}
+		id := e.postForm(t, "/v1/videos", f).json(t)["id"].(string)
+		done := e.waitVideo(t, id)
+		require.Equal(t, "completed", done["status"])
+		digests = append(digests, done["sha256"].(string))
+	}
+	assert.Equal(t, digests[0], digests[1])
+
+	m := referenceModels(t)[0]
+	require.Equal(t, "ref-t2v", m.Checkpoint.ID)
+	_, p, err := server.RunNative(context.Background(), m, spec.TextToVideo, fields, nil, filepath.Join(t.TempDir(), "native.mp4"))
+	require.NoError(t, err)
+	assert.Equal(t, digests[0], p.SHA256, "HTTP artifact == native artifact")
+}
+
+func TestShutdownEndsEveryJobAndLeavesNoFiles(t *testing.T) {
+	task := &fakeTask{gate: make(chan struct{})}
+	e := start(t, server.Config{Models: []server.Model{{Checkpoint: fakeCheckpoint("fake", spec.TextToVideo), Task: task}}})
+	done := e.postForm(t, "/v1/videos", map[string]string{"model": "fake", "prompt": "done"}).json(t)["id"].(string)
+	close(task.gate)
+	e.waitVideo(t, done)
+	task.gate = make(chan struct{}) // later jobs block until shutdown
+	for range 3 {
+		require.Equal(t, 200, e.postForm(t, "/v1/videos", map[string]string{"model": "fake", "prompt": "x"}).status)
+	}
+	require.NotEmpty(t, e.files(t))
+	require.NoError(t, e.srv.Close())
+	assert.Empty(t, e.files(t))
+	entries := e.ledger.entries(t)
+	assert.Equal(t, 1, countStatus(entries, "job", "completed"))
+	assert.Equal(t, 3, countStatus(entries, "job", "failed"), "queued and running jobs end with a terminal line")
+	for _, l := range entries {
+		if l.Status == "failed" {
+			assert.Equal(t, "server_shutdown", l.Error.Code)
+		}
+	}
+	r := e.postForm(t, "/v1/videos", map[string]string{"model": "fake", "prompt": "late"})
+	assert.Equal(t, 503, r.status)
+}
+
+func TestRestartSweepsOrphans(t *testing.T) {
+	dir := t.TempDir()
+	orphan := filepath.Join(dir, "video_0123456789abcdef0123456789abcdef.mp4")
+	other := filepath.Join(dir, "notes.txt")
+	require.NoError(t, os.WriteFile(orphan, []byte("x"), 0o644))
+	require.NoError(t, os.WriteFile(other, []byte("x"), 0o644))
+	srv, err := server.New(server.Config{Models: referenceModels(t), ArtifactDir: dir})
+	require.NoError(t, err)
+	defer srv.Close()
+	assert.NoFileExists(t, orphan)
+	assert.FileExists(t, other, "only files named like artifacts are touched")
+}
+
+var _ = http.StatusOK
