@@ -385,7 +385,7 @@ func (s *Server) respondEdit(w http.ResponseWriter, j *job, respFormat string) {
 		if jerr.badInput {
 			status = http.StatusBadRequest
 		}
-		writeError(w, errf(status, jerr.Code, "", "%s", jerr.Message))
+		writeError(w, errf(status, jerr.Code, jerr.param, "%s", jerr.Message))
 		return
 	case readErr != nil:
 		writeError(w, errf(http.StatusInternalServerError, "artifact_missing", "", "reading the edited image: %v", readErr))

@@ -182,7 +182,7 @@ func jobError(err error) *JobError {
 	var se *spec.Error
 	switch {
 	case errors.As(err, &se):
-		return &JobError{Code: se.Code, Message: se.Message, badInput: se.BadInput}
+		return &JobError{Code: se.Code, Message: se.Message, badInput: se.BadInput, param: se.Param}
 	case errors.Is(err, errShutdown):
 		return &JobError{Code: "server_shutdown", Message: "the server shut down before the job finished"}
 	}

@@ -45,7 +45,8 @@ type JobError struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 
-	badInput bool // the request was at fault: an edit answers 400, not 500
+	badInput bool   // the request was at fault: an edit answers 400, not 500
+	param    string // the field at fault
 }
 
 // Timing splits a job's time so client latency can be set against the Task alone.

@@ -385,7 +385,7 @@ func TestImageEdit(t *testing.T) {
 		{"video model", map[string]string{"model": "ref-t2v", "prompt": "invert"}, []part{img}, 400, "model_capability_mismatch", "model"},
 		{"unsupported size", map[string]string{"model": "ref-edit", "prompt": "invert", "size": "1000x1000"}, []part{img}, 400, "unsupported_value", "size"},
 		{"unknown field", map[string]string{"model": "ref-edit", "prompt": "invert", "quality": "high"}, []part{img}, 400, "unsupported_parameter", "quality"},
-		{"instruction outside vocabulary", map[string]string{"model": "ref-edit", "prompt": "add a hat"}, []part{img}, 400, "unsupported_instruction", ""},
+		{"instruction outside vocabulary", map[string]string{"model": "ref-edit", "prompt": "add a hat"}, []part{img}, 400, "unsupported_instruction", "prompt"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := e.postForm(t, "/v1/images/edits", tc.fields, tc.files...)

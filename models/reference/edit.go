@@ -38,7 +38,7 @@ const vocabulary = "grayscale/greyscale, invert, sepia, rotate [90|180|270], mir
 	"tint <red|green|blue|yellow|cyan|magenta|orange|purple>"
 
 func unsupported(msg string) error {
-	return &spec.Error{Code: "unsupported_instruction", Message: msg + "; supported edits: " + vocabulary, BadInput: true}
+	return &spec.Error{Code: "unsupported_instruction", Message: msg + "; supported edits: " + vocabulary, BadInput: true, Param: "prompt"}
 }
 
 func tintColour(word string) ([3]float64, bool) {

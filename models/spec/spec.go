@@ -221,6 +221,7 @@ type Error struct {
 	// BadInput marks failures caused by the request itself (e.g. an instruction outside a
 	// family's vocabulary), which the server answers with 400 rather than 500.
 	BadInput bool
+	Param    string // the request field at fault, when BadInput
 }
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }

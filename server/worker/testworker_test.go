@@ -1,0 +1,221 @@
+package worker
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"image/png"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+
+	"mediaqual/models/spec"
+)
+
+// The test binary doubles as a worker: TestMain runs testWorker when MEDIAQUAL_TEST_WORKER
+// names a mode. It speaks the protocol of docs/WORKER.md.
+//
+// Modes:
+//
+//	ok        renders deterministic frames from size, num_frames and seed (or copies the
+//	          reference); also prints a non-JSON line and a line for an unknown job
+//	crash     like ok, but exits abruptly (status 3) mid-job when the prompt contains "crash"
+//	badbytes  writes 7 bytes too few
+//	badresult sends a result line whose frames field is not a number
+//	error     answers every job with an error event
+//	slow      sleeps 20 ms per step and honours cancel between steps
+//	stubborn  sleeps 20 ms per step and ignores cancel
+//	fatal     sends a fatal line instead of ready
+//	hang      never sends ready
+//	once      like crash on its first start; every later start is fatal (MEDIAQUAL_TEST_MARKER)
+//	orphan    like ok, after starting a child that sleeps (pid written to MEDIAQUAL_TEST_MARKER)
+//	deaf      like ok, but does not exit when stdin closes
+const (
+	envMode   = "MEDIAQUAL_TEST_WORKER"
+	envMarker = "MEDIAQUAL_TEST_MARKER"
+)
+
+type testCmd struct {
+	Op        string        `json:"op"`
+	ID        string        `json:"id"`
+	Settings  spec.Settings `json:"settings"`
+	Reference string        `json:"reference"`
+	Output    string        `json:"output"`
+}
+
+// pattern is the deterministic rgb24 content of frame f at (x, y) for seed.
+func pattern(seed int64, f, x, y, c int) byte {
+	return byte(seed*7 + int64(f*13+y*5+x*3+c*101))
+}
+
+func renderRaw(seed int64, frames, w, h int) []byte {
+	b := make([]byte, 0, frames*w*h*3)
+	for f := 0; f < frames; f++ {
+		for y := 0; y < h; y++ {
+			for x := 0; x < w; x++ {
+				for c := 0; c < 3; c++ {
+					b = append(b, pattern(seed, f, x, y, c))
+				}
+			}
+		}
+	}
+	return b
+}
+
+func testWorker(mode string) int {
+	enc := json.NewEncoder(os.Stdout) // one Write per line on unbuffered stdout
+	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
+	logf("test worker starting in mode %s", mode)
+
+	switch mode {
+	case "fatal":
+		logf("loading weights")
+		_ = enc.Encode(map[string]any{"event": "fatal", "message": "weights not found: /nonexistent/model.safetensors"})
+		return 2
+	case "hang":
+		time.Sleep(time.Minute)
+		return 0
+	case "once":
+		marker := os.Getenv(envMarker)
+		if _, err := os.Stat(marker); err == nil {
+			_ = enc.Encode(map[string]any{"event": "fatal", "message": "second start refused"})
+			return 2
+		}
+		_ = os.WriteFile(marker, []byte("started"), 0o600)
+		mode = "crash"
+	case "orphan":
+		child := exec.Command(os.Args[0])
+		child.Env = append(os.Environ(), envMode+"=hang")
+		if err := child.Start(); err != nil {
+			logf("starting child: %v", err)
+			return 1
+		}
+		_ = os.WriteFile(os.Getenv(envMarker), []byte(fmt.Sprint(child.Process.Pid)), 0o600)
+		mode = "ok"
+	}
+
+	_ = enc.Encode(map[string]any{"event": "ready", "precision": "bf16", "pid": os.Getpid()})
+
+	lines := make(chan testCmd)
+	go func() {
+		sc := bufio.NewScanner(os.Stdin)
+		for sc.Scan() {
+			var c testCmd
+			if err := json.Unmarshal(sc.Bytes(), &c); err != nil {
+				logf("bad command line: %v", err)
+				continue
+			}
+			lines <- c
+		}
+		close(lines)
+	}()
+	for c := range lines {
+		if c.Op != "run" {
+			continue // e.g. a cancel for a job that already ended
+		}
+		if !testJob(mode, c, lines, enc, logf) {
+			break
+		}
+	}
+	if mode == "deaf" {
+		time.Sleep(time.Minute)
+	}
+	logf("stdin closed, exiting")
+	return 0
+}
+
+// testJob runs one job; false means stdin closed during it.
+func testJob(mode string, c testCmd, lines <-chan testCmd, enc *json.Encoder, logf func(string, ...any)) bool {
+	start := time.Now()
+	s := c.Settings
+	w, h := s.Size.W, s.Size.H
+	frames := max(s.NumFrames, 1)
+	logf("job %s: %q %dx%d frames=%d steps=%d", c.ID, s.Prompt, w, h, frames, s.Steps)
+	fail := func(code, msg string) bool {
+		_ = enc.Encode(map[string]any{"event": "error", "id": c.ID, "code": code, "message": msg})
+		return true
+	}
+
+	var raw []byte
+	if c.Reference != "" {
+		f, err := os.Open(c.Reference)
+		if err != nil {
+			return fail("bad_reference", err.Error())
+		}
+		img, err := png.Decode(f)
+		f.Close()
+		if err != nil {
+			return fail("bad_reference", err.Error())
+		}
+		if img.Bounds().Dx() != w || img.Bounds().Dy() != h {
+			return fail("bad_reference", fmt.Sprintf("reference is %v, size %v", img.Bounds(), s.Size))
+		}
+		for y := 0; y < h; y++ {
+			for x := 0; x < w; x++ {
+				r, g, b, _ := img.At(x, y).RGBA()
+				raw = append(raw, byte(r>>8), byte(g>>8), byte(b>>8))
+			}
+		}
+	} else {
+		raw = renderRaw(s.Seed, frames, w, h)
+	}
+
+	switch mode {
+	case "error":
+		return fail("out_of_memory", "CUDA out of memory (simulated)")
+	case "crash":
+		if strings.Contains(s.Prompt, "crash") {
+			_ = enc.Encode(map[string]any{"event": "progress", "id": c.ID, "done": 1, "total": s.Steps})
+			logf("boom: simulated segfault in denoise step 1")
+			os.Exit(3)
+		}
+	case "badresult":
+		_ = os.WriteFile(c.Output, raw, 0o600)
+		_ = enc.Encode(map[string]any{"event": "result", "id": c.ID, "frames": "seventeen", "width": w, "height": h})
+		return true
+	case "ok":
+		fmt.Println("this line is not JSON")
+		_ = enc.Encode(map[string]any{"event": "progress", "id": "no-such-job", "done": 1, "total": 1})
+	}
+
+	for i := 1; i <= s.Steps; i++ {
+		if mode == "slow" || mode == "stubborn" {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if mode == "slow" {
+			select {
+			case c2, ok := <-lines:
+				if !ok {
+					return false
+				}
+				if c2.Op == "cancel" && c2.ID == c.ID {
+					logf("job %s cancelled at step %d", c.ID, i)
+					return fail("cancelled", "cancelled at step "+fmt.Sprint(i))
+				}
+			default:
+			}
+		}
+		_ = enc.Encode(map[string]any{"event": "progress", "id": c.ID, "done": i, "total": s.Steps})
+	}
+
+	if mode == "badbytes" {
+		raw = raw[:len(raw)-7]
+	}
+	if err := os.WriteFile(c.Output, raw, 0o600); err != nil {
+		return fail("io", err.Error())
+	}
+	actual := spec.Actual{
+		Width: w, Height: h, Steps: s.Steps, Guidance: s.Guidance, Seed: s.Seed,
+		FPS: s.FPS, NumFrames: s.NumFrames, Precision: "bf16",
+	}
+	if s.FPS > 0 {
+		actual.DurationS = float64(s.NumFrames) / float64(s.FPS)
+	}
+	_ = enc.Encode(map[string]any{
+		"event": "result", "id": c.ID, "frames": frames, "width": w, "height": h,
+		"actual": actual, "task_wall_ms": float64(time.Since(start).Microseconds())/1000 + 1,
+		"peak_memory_mb": 1234.5,
+	})
+	return true
+}

@@ -1,0 +1,452 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"image"
+	"image/color"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"mediaqual/models/spec"
+)
+
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(envMode); mode != "" {
+		os.Exit(testWorker(mode))
+	}
+	os.Exit(m.Run())
+}
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type fixture struct {
+	task    *Task
+	scratch string
+	log     *syncBuf
+}
+
+// newTask builds a Task running this test binary as a worker in mode. On cleanup it closes
+// the task and checks that no scratch file and no worker process remain.
+func newTask(t *testing.T, mode string, tweak ...func(*Config, *Task)) fixture {
+	t.Helper()
+	scratch := filepath.Join(t.TempDir(), "scratch") // missing: the Task creates it
+	logb := &syncBuf{}
+	cfg := Config{
+		Argv:        []string{os.Args[0]},
+		Env:         []string{envMode + "=" + mode},
+		ScratchDir:  scratch,
+		Log:         logb,
+		LoadTimeout: 10 * time.Second,
+	}
+	task := New(cfg)
+	for _, f := range tweak {
+		f(&task.cfg, task)
+	}
+	t.Cleanup(func() {
+		pid := workerPID(task)
+		assert.NoError(t, task.Close())
+		assertScratchEmpty(t, scratch)
+		if pid > 0 {
+			assertGone(t, pid)
+		}
+		if t.Failed() {
+			t.Logf("worker log:\n%s", logb)
+		}
+	})
+	return fixture{task: task, scratch: scratch, log: logb}
+}
+
+func workerPID(task *Task) int {
+	task.mu.Lock()
+	defer task.mu.Unlock()
+	if task.p == nil {
+		return 0
+	}
+	return task.p.pid
+}
+
+func assertScratchEmpty(t *testing.T, dir string) {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return
+	}
+	require.NoError(t, err)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	assert.Empty(t, names, "scratch files left behind")
+}
+
+// processGone reports whether pid no longer runs (absent, or a zombie awaiting its reaper).
+func processGone(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return errors.Is(err, os.ErrNotExist)
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && i+2 < len(s) && (s[i+2] == 'Z' || s[i+2] == 'X')
+}
+
+func assertGone(t *testing.T, pid int) {
+	t.Helper()
+	assert.Eventually(t, func() bool { return processGone(pid) }, 3*time.Second, 10*time.Millisecond,
+		"process %d still running", pid)
+}
+
+func requireCode(t *testing.T, err error, code string) *spec.Error {
+	t.Helper()
+	var se *spec.Error
+	require.ErrorAs(t, err, &se)
+	require.Equal(t, code, se.Code, "message: %s", se.Message)
+	return se
+}
+
+func videoReq(prompt string, seed int64, frames, steps int) spec.Request {
+	return spec.Request{Settings: spec.Settings{
+		Prompt: prompt, NegativePrompt: "blurry", Size: spec.Size{W: 8, H: 6},
+		NumFrames: frames, FPS: 16, Steps: steps, Guidance: 5.5, Seed: seed,
+	}}
+}
+
+// requireFrames checks out holds exactly the pattern the test worker renders for seed.
+func requireFrames(t *testing.T, out spec.Output, seed int64, frames, w, h int) {
+	t.Helper()
+	require.Len(t, out.Frames, frames)
+	for f, img := range out.Frames {
+		require.Equal(t, image.Rect(0, 0, w, h), img.Bounds())
+		require.Equal(t, 4*w, img.Stride)
+		require.Len(t, img.Pix, 4*w*h)
+		for y := 0; y < h; y++ {
+			for x := 0; x < w; x++ {
+				want := color.RGBA{pattern(seed, f, x, y, 0), pattern(seed, f, x, y, 1), pattern(seed, f, x, y, 2), 255}
+				require.Equal(t, want, img.RGBAAt(x, y), "frame %d pixel %d,%d", f, x, y)
+			}
+		}
+	}
+}
+
+func TestRunOK(t *testing.T) {
+	fx := newTask(t, "ok")
+	ctx := context.Background()
+	require.NoError(t, fx.task.Load(ctx))
+	require.NoError(t, fx.task.Load(ctx), "Load on a ready worker is a no-op")
+	pid := workerPID(fx.task)
+
+	const seed = 1<<40 + 3
+	req := videoReq("a cat", seed, 5, 4)
+	var progress [][2]int
+	req.Progress = func(done, total int) { progress = append(progress, [2]int{done, total}) }
+	out, err := fx.task.Run(ctx, req)
+	require.NoError(t, err)
+	requireFrames(t, out, seed, 5, 8, 6)
+	assert.Equal(t, spec.Actual{
+		NumFrames: 5, Width: 8, Height: 6, FPS: 16, DurationS: 5.0 / 16, Steps: 4, Guidance: 5.5,
+		Seed: seed, Precision: "bf16",
+	}, out.Actual)
+	assert.Greater(t, out.TaskWall, time.Duration(0))
+	assert.Equal(t, 1234.5, out.PeakMemoryMB)
+	assert.Equal(t, [][2]int{{1, 4}, {2, 4}, {3, 4}, {4, 4}}, progress)
+	assertScratchEmpty(t, fx.scratch)
+
+	// A second job on the same process.
+	out, err = fx.task.Run(ctx, videoReq("a dog", 9, 1, 1))
+	require.NoError(t, err)
+	requireFrames(t, out, 9, 1, 8, 6)
+	assert.Equal(t, pid, workerPID(fx.task))
+	assert.Equal(t, 0, fx.task.Restarts())
+
+	log := fx.log.String()
+	assert.Contains(t, log, fmt.Sprintf("worker[%d]: test worker starting in mode ok", pid), "stderr is copied, prefixed")
+	assert.Contains(t, log, "ignoring unparseable stdout line")
+	assert.Contains(t, log, `unknown job "no-such-job"`)
+}
+
+func TestImageEditReference(t *testing.T) {
+	fx := newTask(t, "ok")
+	ref := image.NewNRGBA(image.Rect(0, 0, 7, 5))
+	for i := range ref.Pix {
+		ref.Pix[i] = byte(i * 37)
+		if i%4 == 3 {
+			ref.Pix[i] = 255
+		}
+	}
+	req := spec.Request{
+		Settings:  spec.Settings{Prompt: "make it blue", Size: spec.Size{W: 7, H: 5}, Steps: 2, Guidance: 4, Seed: 1},
+		Reference: ref,
+	}
+	// No Load: the first Run starts the worker.
+	out, err := fx.task.Run(context.Background(), req)
+	require.NoError(t, err)
+	require.Len(t, out.Frames, 1)
+	img := out.Frames[0]
+	require.Equal(t, ref.Bounds(), img.Bounds())
+	for y := 0; y < 5; y++ {
+		for x := 0; x < 7; x++ {
+			r := ref.NRGBAAt(x, y)
+			require.Equal(t, color.RGBA{r.R, r.G, r.B, 255}, img.RGBAAt(x, y))
+		}
+	}
+	assert.Equal(t, 0, out.Actual.NumFrames)
+	assertScratchEmpty(t, fx.scratch)
+}
+
+func TestCrashRestarts(t *testing.T) {
+	fx := newTask(t, "crash")
+	ctx := context.Background()
+	require.NoError(t, fx.task.Load(ctx))
+	oldPID := workerPID(fx.task)
+
+	_, err := fx.task.Run(ctx, videoReq("please crash now", 1, 5, 4))
+	se := requireCode(t, err, CodeCrashed)
+	assert.Contains(t, se.Message, "exit status 3")
+	assert.Contains(t, se.Message, "boom: simulated segfault")
+	assertScratchEmpty(t, fx.scratch)
+	assertGone(t, oldPID)
+
+	out, err := fx.task.Run(ctx, videoReq("a calm lake", 2, 5, 4))
+	require.NoError(t, err)
+	requireFrames(t, out, 2, 5, 8, 6)
+	assert.Equal(t, 1, fx.task.Restarts())
+	assert.NotEqual(t, oldPID, workerPID(fx.task))
+}
+
+func TestIdleCrashRestarts(t *testing.T) {
+	fx := newTask(t, "ok")
+	ctx := context.Background()
+	require.NoError(t, fx.task.Load(ctx))
+	oldPID := workerPID(fx.task)
+	require.NoError(t, syscall.Kill(oldPID, syscall.SIGKILL))
+	assertGone(t, oldPID)
+
+	out, err := fx.task.Run(ctx, videoReq("after an idle crash", 5, 1, 1))
+	require.NoError(t, err)
+	requireFrames(t, out, 5, 1, 8, 6)
+	assert.Equal(t, 1, fx.task.Restarts())
+}
+
+func TestBadBytes(t *testing.T) {
+	fx := newTask(t, "badbytes")
+	_, err := fx.task.Run(context.Background(), videoReq("short", 1, 5, 2))
+	se := requireCode(t, err, CodeBadOutput)
+	want := 5 * 8 * 6 * 3
+	assert.Contains(t, se.Message, fmt.Sprintf("expected %d bytes", want))
+	assert.Contains(t, se.Message, fmt.Sprintf("got %d", want-7))
+	assertScratchEmpty(t, fx.scratch)
+}
+
+func TestMalformedResult(t *testing.T) {
+	fx := newTask(t, "badresult")
+	_, err := fx.task.Run(context.Background(), videoReq("x", 1, 5, 2))
+	se := requireCode(t, err, CodeBadOutput)
+	assert.Contains(t, se.Message, "malformed result line")
+	assertScratchEmpty(t, fx.scratch)
+}
+
+func TestErrorEvent(t *testing.T) {
+	fx := newTask(t, "error")
+	_, err := fx.task.Run(context.Background(), videoReq("x", 1, 5, 2))
+	se := requireCode(t, err, "out_of_memory")
+	assert.Equal(t, "CUDA out of memory (simulated)", se.Message)
+	assertScratchEmpty(t, fx.scratch)
+	assert.Equal(t, 0, fx.task.Restarts())
+}
+
+// cancelOnFirstProgress returns a request whose context is cancelled at its first progress.
+func cancelOnFirstProgress(req spec.Request) (context.Context, spec.Request) {
+	ctx, cancel := context.WithCancel(context.Background())
+	req.Progress = func(int, int) { cancel() }
+	return ctx, req
+}
+
+func TestCancel(t *testing.T) {
+	fx := newTask(t, "slow")
+	require.NoError(t, fx.task.Load(context.Background()))
+	ctx, req := cancelOnFirstProgress(videoReq("a long one", 1, 5, 200)) // 4 s uncancelled
+	start := time.Now()
+	_, err := fx.task.Run(ctx, req)
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Less(t, time.Since(start), time.Second)
+	assertScratchEmpty(t, fx.scratch)
+
+	out, err := fx.task.Run(context.Background(), videoReq("the next one", 99, 3, 2))
+	require.NoError(t, err)
+	requireFrames(t, out, 99, 3, 8, 6)
+	assert.Equal(t, 0, fx.task.Restarts())
+	assert.Contains(t, fx.log.String(), "cancelled at step")
+}
+
+func TestCancelIgnoredWaitsForJobEnd(t *testing.T) {
+	fx := newTask(t, "stubborn")
+	require.NoError(t, fx.task.Load(context.Background()))
+	ctx, req := cancelOnFirstProgress(videoReq("ignores cancel", 1, 5, 15)) // ~300 ms
+	_, err := fx.task.Run(ctx, req)
+	require.ErrorIs(t, err, context.Canceled)
+	assertScratchEmpty(t, fx.scratch)
+
+	// The worker finished the cancelled job; its result was discarded, not handed on.
+	out, err := fx.task.Run(context.Background(), videoReq("the next one", 7, 2, 1))
+	require.NoError(t, err)
+	requireFrames(t, out, 7, 2, 8, 6)
+	assert.Equal(t, 0, fx.task.Restarts())
+}
+
+func TestCancelIgnoredKillsAfterGrace(t *testing.T) {
+	fx := newTask(t, "stubborn", func(_ *Config, task *Task) { task.cancelGrace = 100 * time.Millisecond })
+	require.NoError(t, fx.task.Load(context.Background()))
+	oldPID := workerPID(fx.task)
+	ctx, req := cancelOnFirstProgress(videoReq("ignores cancel", 1, 5, 200)) // 4 s uncancelled
+	start := time.Now()
+	_, err := fx.task.Run(ctx, req)
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Less(t, time.Since(start), time.Second)
+	assertScratchEmpty(t, fx.scratch)
+	assertGone(t, oldPID)
+
+	out, err := fx.task.Run(context.Background(), videoReq("the next one", 7, 2, 1))
+	require.NoError(t, err)
+	requireFrames(t, out, 7, 2, 8, 6)
+	assert.Equal(t, 1, fx.task.Restarts())
+}
+
+func TestRunWithCancelledContext(t *testing.T) {
+	fx := newTask(t, "ok")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := fx.task.Run(ctx, videoReq("never", 1, 1, 1))
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Zero(t, workerPID(fx.task), "no worker started for a dead request")
+}
+
+func TestFatal(t *testing.T) {
+	fx := newTask(t, "fatal")
+	err := fx.task.Load(context.Background())
+	se := requireCode(t, err, CodeFatal)
+	assert.Equal(t, "weights not found: /nonexistent/model.safetensors", se.Message)
+	assertGone(t, workerPID(fx.task))
+
+	_, err = fx.task.Run(context.Background(), videoReq("x", 1, 1, 1))
+	se = requireCode(t, err, CodeUnavailable)
+	assert.Contains(t, se.Message, "weights not found")
+}
+
+func TestLoadTimeout(t *testing.T) {
+	fx := newTask(t, "hang", func(c *Config, _ *Task) { c.LoadTimeout = 300 * time.Millisecond })
+	start := time.Now()
+	err := fx.task.Load(context.Background())
+	requireCode(t, err, CodeLoadTimeout)
+	assert.Less(t, time.Since(start), 2*time.Second)
+	assertGone(t, workerPID(fx.task))
+}
+
+func TestLoadContextCancelled(t *testing.T) {
+	fx := newTask(t, "hang")
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	err := fx.task.Load(ctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assertGone(t, workerPID(fx.task))
+}
+
+func TestStartFailure(t *testing.T) {
+	fx := newTask(t, "ok", func(c *Config, _ *Task) { c.Argv = []string{"/nonexistent/worker-binary"} })
+	requireCode(t, fx.task.Load(context.Background()), CodeStartFailed)
+	_, err := fx.task.Run(context.Background(), videoReq("x", 1, 1, 1))
+	requireCode(t, err, CodeUnavailable)
+}
+
+func TestRestartFails(t *testing.T) {
+	marker := filepath.Join(t.TempDir(), "started")
+	fx := newTask(t, "once", func(c *Config, _ *Task) { c.Env = append(c.Env, envMarker+"="+marker) })
+	ctx := context.Background()
+	require.NoError(t, fx.task.Load(ctx))
+	_, err := fx.task.Run(ctx, videoReq("crash please", 1, 1, 1))
+	requireCode(t, err, CodeCrashed)
+
+	_, err = fx.task.Run(ctx, videoReq("fine", 1, 1, 1))
+	se := requireCode(t, err, CodeUnavailable)
+	assert.Contains(t, se.Message, "second start refused")
+	assert.Equal(t, 1, fx.task.Restarts())
+	assertScratchEmpty(t, fx.scratch)
+}
+
+func TestCloseKillsProcessGroup(t *testing.T) {
+	marker := filepath.Join(t.TempDir(), "child.pid")
+	fx := newTask(t, "orphan", func(c *Config, _ *Task) { c.Env = append(c.Env, envMarker+"="+marker) })
+	require.NoError(t, fx.task.Load(context.Background()))
+	pid := workerPID(fx.task)
+	b, err := os.ReadFile(marker)
+	require.NoError(t, err)
+	child, err := strconv.Atoi(string(b))
+	require.NoError(t, err)
+	require.False(t, processGone(child), "the worker's child runs")
+
+	require.NoError(t, fx.task.Close())
+	assertGone(t, pid)
+	assertGone(t, child)
+
+	_, err = fx.task.Run(context.Background(), videoReq("x", 1, 1, 1))
+	requireCode(t, err, CodeUnavailable)
+}
+
+func TestCloseKillsWorkerIgnoringStdin(t *testing.T) {
+	fx := newTask(t, "deaf", func(_ *Config, task *Task) { task.closeGrace = 200 * time.Millisecond })
+	require.NoError(t, fx.task.Load(context.Background()))
+	pid := workerPID(fx.task)
+	out, err := fx.task.Run(context.Background(), videoReq("x", 3, 1, 1))
+	require.NoError(t, err)
+	requireFrames(t, out, 3, 1, 8, 6)
+
+	start := time.Now()
+	require.NoError(t, fx.task.Close())
+	assert.Less(t, time.Since(start), 3*time.Second)
+	assertGone(t, pid)
+}
+
+func TestConcurrentRunsAreSerialized(t *testing.T) {
+	fx := newTask(t, "ok")
+	require.NoError(t, fx.task.Load(context.Background()))
+	var wg sync.WaitGroup
+	outs := make([]spec.Output, 6)
+	errs := make([]error, 6)
+	for i := range outs {
+		wg.Go(func() {
+			outs[i], errs[i] = fx.task.Run(context.Background(), videoReq("many", int64(100+i), 2, 3))
+		})
+	}
+	wg.Wait()
+	for i := range outs {
+		require.NoError(t, errs[i])
+		requireFrames(t, outs[i], int64(100+i), 2, 8, 6)
+	}
+	assertScratchEmpty(t, fx.scratch)
+}
