@@ -1,0 +1,32 @@
+# mediaqual: `make test` and `make qualify` set up what they need on a fresh Debian machine.
+GO      ?= go
+SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+BIN     := bin
+
+.PHONY: all test qualify build vet deps ffmpeg bench
+
+all: test
+
+# Debian's ffmpeg provides the encoder mediaserve uses and ffprobe, the suite's oracle.
+ffmpeg:
+	@if ! command -v ffmpeg >/dev/null || ! command -v ffprobe >/dev/null; then \
+		echo "installing Debian ffmpeg"; \
+		$(SUDO) apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends ffmpeg; \
+	fi
+
+deps: ffmpeg
+	$(GO) mod download
+
+build:
+	$(GO) build -o $(BIN)/mediaserve ./cmd/mediaserve
+
+vet:
+	$(GO) vet ./...
+	$(GO) vet -tags gpu ./...
+
+test: deps vet
+	$(GO) test -count=1 ./...
+
+bench: deps
+	$(GO) test -run '^$$' -bench . -benchtime 200x ./server/
