@@ -204,12 +204,14 @@ func (p *proc) send(v any) error {
 	p.writeMu.Lock()
 	defer p.writeMu.Unlock()
 	if p.stdinClosed {
-		return errors.New("worker stdin is closed")
+		return errStdinClosed
 	}
 	_ = p.stdin.SetWriteDeadline(time.Now().Add(writeTimeout))
 	_, err = p.stdin.Write(b)
 	return err
 }
+
+var errStdinClosed = errors.New("worker stdin is closed")
 
 func (p *proc) closeStdin() {
 	p.writeMu.Lock()

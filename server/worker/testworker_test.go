@@ -20,7 +20,8 @@ import (
 //
 //	ok        renders deterministic frames from size, num_frames and seed (or copies the
 //	          reference); also prints a non-JSON line and a line for an unknown job
-//	crash     like ok, but exits abruptly (status 3) mid-job when the prompt contains "crash"
+//	crash     like ok, but exits abruptly (status 3) mid-job when the prompt contains "crash",
+//	          and closes stdout but stays alive when it contains "hang up"
 //	badbytes  writes 7 bytes too few
 //	badresult sends a result line whose frames field is not a number
 //	error     answers every job with an error event
@@ -165,6 +166,11 @@ func testJob(mode string, c testCmd, lines <-chan testCmd, enc *json.Encoder, lo
 	case "error":
 		return fail("out_of_memory", "CUDA out of memory (simulated)")
 	case "crash":
+		if strings.Contains(s.Prompt, "hang up") {
+			logf("closing stdout and staying alive")
+			os.Stdout.Close()
+			time.Sleep(time.Minute)
+		}
 		if strings.Contains(s.Prompt, "crash") {
 			_ = enc.Encode(map[string]any{"event": "progress", "id": c.ID, "done": 1, "total": s.Steps})
 			logf("boom: simulated segfault in denoise step 1")

@@ -221,14 +221,28 @@ func (t *Task) Run(ctx context.Context, req spec.Request) (spec.Output, error) {
 	f.Close()
 	line.Output = f.Name()
 
-	j := &job{id: id, ch: make(chan message, 64), done: make(chan struct{})}
-	p.setJob(j)
-	defer p.clearJob(j)
-
-	if err := p.send(line); err != nil {
+	var j *job
+	for attempt := 0; ; attempt++ {
+		j = &job{id: id, ch: make(chan message, 64), done: make(chan struct{})}
+		p.setJob(j)
+		err := p.send(line)
+		if err == nil {
+			break
+		}
+		p.clearJob(j)
 		p.note("sending job %s: %v", id, err)
-		return spec.Output{}, t.crashed(p, id)
+		if attempt > 0 || !(errors.Is(err, syscall.EPIPE) || errors.Is(err, errStdinClosed)) {
+			return spec.Output{}, t.crashed(p, id)
+		}
+		// Nothing holds the worker's stdin open: it died while idle, before it could read
+		// this job. Restart it and send the job again (once).
+		p.kill()
+		waitFor(p.gone, 5*time.Second)
+		if p, err = t.acquire(ctx); err != nil {
+			return spec.Output{}, err
+		}
 	}
+	defer func() { p.clearJob(j) }()
 
 	handle := func(m message) (bool, spec.Output, error) {
 		switch m.Event {
@@ -259,7 +273,24 @@ func (t *Task) Run(ctx context.Context, req spec.Request) (spec.Output, error) {
 				return out, err
 			}
 		case <-p.gone:
-			// The reader may have queued the job's last lines before stdout closed.
+			// Take the job's last lines (the reader may still be passing them on) before
+			// declaring the crash: a result written just before dying is still a result.
+			p.kill()
+			timer := time.NewTimer(2 * time.Second)
+			for eof := false; !eof; {
+				select {
+				case m := <-j.ch:
+					if final, out, err := handle(m); final {
+						timer.Stop()
+						return out, err
+					}
+				case <-p.eof:
+					eof = true
+				case <-timer.C:
+					eof = true
+				}
+			}
+			timer.Stop()
 			for {
 				select {
 				case m := <-j.ch:
@@ -355,13 +386,15 @@ func (t *Task) acquire(ctx context.Context) (*proc, error) {
 	}
 	p := t.p
 	switch {
-	case p == nil || p.isGone():
+	case p == nil:
 		p = t.spawnLocked()
 	case p.failed():
 		if time.Since(p.failedAt) < restartBackoff {
 			t.mu.Unlock()
 			return nil, &spec.Error{Code: CodeUnavailable, Message: "worker failed to start: " + p.startErr.Error()}
 		}
+		p = t.spawnLocked()
+	case p.isGone():
 		p = t.spawnLocked()
 	}
 	t.mu.Unlock()

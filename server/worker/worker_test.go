@@ -240,12 +240,36 @@ func TestCrashRestarts(t *testing.T) {
 	assert.NotEqual(t, oldPID, workerPID(fx.task))
 }
 
+func TestStdoutClosedMidJob(t *testing.T) {
+	fx := newTask(t, "crash")
+	ctx := context.Background()
+	require.NoError(t, fx.task.Load(ctx))
+	oldPID := workerPID(fx.task)
+
+	start := time.Now()
+	_, err := fx.task.Run(ctx, videoReq("hang up on the server", 1, 1, 1))
+	se := requireCode(t, err, CodeCrashed)
+	assert.Contains(t, se.Message, "closing stdout and staying alive")
+	assert.Less(t, time.Since(start), 3*time.Second)
+	assertGone(t, oldPID) // killed, though it would have slept on
+	assertScratchEmpty(t, fx.scratch)
+
+	out, err := fx.task.Run(ctx, videoReq("fine", 4, 1, 1))
+	require.NoError(t, err)
+	requireFrames(t, out, 4, 1, 8, 6)
+	assert.Equal(t, 1, fx.task.Restarts())
+}
+
 func TestIdleCrashRestarts(t *testing.T) {
 	fx := newTask(t, "ok")
 	ctx := context.Background()
 	require.NoError(t, fx.task.Load(ctx))
 	oldPID := workerPID(fx.task)
 	require.NoError(t, syscall.Kill(oldPID, syscall.SIGKILL))
+	// The Task notices the death on its own and restarts the worker before any job.
+	require.Eventually(t, func() bool {
+		return fx.task.Restarts() == 1 && workerPID(fx.task) != oldPID
+	}, 3*time.Second, 5*time.Millisecond)
 	assertGone(t, oldPID)
 
 	out, err := fx.task.Run(ctx, videoReq("after an idle crash", 5, 1, 1))
@@ -354,9 +378,11 @@ func TestFatal(t *testing.T) {
 	assert.Equal(t, "weights not found: /nonexistent/model.safetensors", se.Message)
 	assertGone(t, workerPID(fx.task))
 
+	pid := workerPID(fx.task)
 	_, err = fx.task.Run(context.Background(), videoReq("x", 1, 1, 1))
 	se = requireCode(t, err, CodeUnavailable)
 	assert.Contains(t, se.Message, "weights not found")
+	assert.Equal(t, pid, workerPID(fx.task), "no new start within the restart backoff")
 }
 
 func TestLoadTimeout(t *testing.T) {
