@@ -1,27 +1,61 @@
-// Package models lists every checkpoint mediaqual knows. It is the only package that imports
-// every family; families import only models/spec.
+// Package models is the inventory: every checkpoint mediaqual knows, whatever its state. It is
+// the only package that imports every family; families import only models/spec.
 package models
 
 import (
 	"fmt"
 
+	"mediaqual/models/minimax"
+	"mediaqual/models/qwenimage"
 	"mediaqual/models/reference"
 	"mediaqual/models/spec"
+	"mediaqual/models/wan"
 )
 
-// Servable returns every checkpoint mediaserve can serve, in a stable order.
-func Servable() []spec.Checkpoint {
-	return reference.Checkpoints()
+// Inventory returns every row in a stable order: reference families first, then the seed
+// groups.
+func Inventory() []spec.Entry {
+	var all []spec.Entry
+	all = append(all, reference.Entries()...)
+	all = append(all, wan.Entries()...)
+	all = append(all, minimax.Entries()...)
+	all = append(all, excluded()...)
+	all = append(all, qwenimage.Entries()...)
+	return all
 }
 
-// Lookup finds a servable checkpoint by id.
-func Lookup(id string) (spec.Checkpoint, error) {
-	var ids []string
-	for _, cp := range Servable() {
-		if cp.ID == id {
-			return cp, nil
+// excluded rows are listed so the inventory is complete; no family code exists for them.
+func excluded() []spec.Entry {
+	row := func(id, family string) spec.Entry {
+		return spec.Entry{
+			Checkpoint: spec.Checkpoint{ID: id, Family: family, Profile: "partial/L0",
+				Capabilities: []spec.Capability{spec.TextToVideo}},
+			Workload: spec.TextToVideo, NativeTask: "none", Status: spec.Excluded,
+			Note: "excluded: partial/L0 profile only", Fixtures: "t2v-prompts",
 		}
-		ids = append(ids, cp.ID)
 	}
-	return spec.Checkpoint{}, fmt.Errorf("unknown model %q; known: %v", id, ids)
+	return []spec.Entry{row("nvidia/Cosmos3-Nano", "cosmos"), row("Lightricks/LTX-Video", "ltx")}
+}
+
+// Servable returns the checkpoints mediaserve can serve: those with a Task.
+func Servable() []spec.Checkpoint {
+	var out []spec.Checkpoint
+	for _, e := range Inventory() {
+		if e.NewTask != nil || len(e.Worker) > 0 {
+			out = append(out, e.Checkpoint)
+		}
+	}
+	return out
+}
+
+// Lookup finds an inventory row by checkpoint id.
+func Lookup(id string) (spec.Entry, error) {
+	var ids []string
+	for _, e := range Inventory() {
+		if e.ID == id {
+			return e, nil
+		}
+		ids = append(ids, e.ID)
+	}
+	return spec.Entry{}, fmt.Errorf("unknown checkpoint %q; known: %v", id, ids)
 }

@@ -82,11 +82,14 @@ func selectModels(ids []string) ([]spec.Checkpoint, error) {
 	}
 	var cps []spec.Checkpoint
 	for _, id := range ids {
-		cp, err := models.Lookup(id)
+		e, err := models.Lookup(id)
 		if err != nil {
 			return nil, err
 		}
-		cps = append(cps, cp)
+		if e.NewTask == nil && len(e.Worker) == 0 {
+			return nil, fmt.Errorf("%s cannot be served: %s (%s)", id, e.Status, e.Note)
+		}
+		cps = append(cps, e.Checkpoint)
 	}
 	return cps, nil
 }
@@ -113,4 +116,3 @@ func closeAll(ms []server.Model) {
 func signalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }
-

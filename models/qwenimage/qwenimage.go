@@ -1,0 +1,27 @@
+// Package qwenimage is the Qwen-Image edit family, run by diffusers' QwenImageEditPlusPipeline.
+// Classifier-free guidance is "true CFG" and is active only with a negative prompt, which is
+// why the pinned negative prompt is a single space.
+package qwenimage
+
+import "mediaqual/models/spec"
+
+// Entries are the family's inventory rows.
+func Entries() []spec.Entry {
+	return []spec.Entry{{
+		Checkpoint: spec.Checkpoint{
+			ID: "Qwen/Qwen-Image-Edit-2511", Family: "qwenimage", Profile: "full",
+			Revision: "6f3ccc0b56e431dc6a0c2b2039706d7d26f22cb9", Precision: "bf16",
+			Capabilities: []spec.Capability{spec.ImageEdit},
+			Controls: spec.Controls{
+				Sizes: []spec.Size{{W: 1024, H: 1024}}, Steps: spec.IntRange{Min: 1, Max: 100},
+				Guidance: spec.FloatRange{Min: 1, Max: 20}, GuidanceParam: "true_cfg_scale", NegativePrompt: true,
+			},
+			Defaults: spec.Settings{Size: spec.Size{W: 1024, H: 1024}, NegativePrompt: " ", Steps: 20, Guidance: 4.0, Seed: 42},
+		},
+		Workload: spec.ImageEdit, NativeTask: "diffusers.QwenImageEditPlusPipeline",
+		Status: spec.Planned, Note: "native Task adapter not yet implemented",
+		Bundle: "Qwen/Qwen-Image-Edit-2511", GPU: &spec.GPUNeeds{Count: 1, MemoryGB: 80},
+		// An output within one level of its source on average returned its input.
+		Edit: &spec.EditContract{MinChange: 1}, Fixtures: "edit-photos",
+	}}
+}

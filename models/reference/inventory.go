@@ -1,0 +1,32 @@
+package reference
+
+import "mediaqual/models/spec"
+
+// Entries are the reference families' inventory rows. They qualify the machinery, never a
+// model: every report labels them reference/L0.
+func Entries() []spec.Entry {
+	t2v, edit, t2i := t2vCheckpoint(), editCheckpoint(), t2iCheckpoint()
+	return []spec.Entry{
+		{
+			Checkpoint: t2v, Workload: spec.TextToVideo, NativeTask: "reference.t2vTask (Go, in-process)",
+			Status: spec.Implemented, Fixtures: "t2v-prompts",
+			Note: "reference/L0: procedural renderer that exercises the chain; not a model",
+			// The renderer moves several shapes every frame; 2 levels is far below what it
+			// produces and far above an encoder's noise on a frozen clip.
+			Video: &spec.VideoContract{MinMotion: 2, MinStdDev: 8},
+		},
+		{
+			Checkpoint: edit, Workload: spec.ImageEdit, NativeTask: "reference.editTask (Go, in-process)",
+			Status: spec.Implemented, Fixtures: "edit-photos",
+			Note: "reference/L0: deterministic instruction-driven editor; not a model",
+			Edit: &spec.EditContract{MinChange: 4},
+		},
+		{
+			Checkpoint: t2i, Workload: spec.ImageEdit, NativeTask: "reference.t2iTask (Go, in-process)",
+			Status: spec.CapabilityGap, Fixtures: "edit-photos",
+			Note:      "reference/L0 negative control: declares image_edit but ignores the reference image",
+			Edit:      &spec.EditContract{MinChange: 4},
+			ExpectGap: spec.GapIgnoresReference,
+		},
+	}
+}

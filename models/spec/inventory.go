@@ -1,0 +1,126 @@
+package spec
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Status is a checkpoint's place on the qualification ladder, or why it is off it.
+type Status string
+
+const (
+	Planned         Status = "planned"          // listed, nothing runs yet
+	Implemented     Status = "implemented"      // a native Task exists and serves
+	FamilyValidated Status = "family-validated" // the family's criteria pass on real weights
+	AIPerfQualified Status = "aiperf-qualified" // a real AIPerf run passed every stage on real weights
+	Excluded        Status = "excluded"         // deliberately out of scope; Note says why
+	CapabilityGap   Status = "capability gap"   // declares a workload it cannot do; Note says what is missing
+)
+
+// Rank orders the ladder; exclusions and gaps are off it (-1).
+func (s Status) Rank() int {
+	switch s {
+	case Planned:
+		return 0
+	case Implemented:
+		return 1
+	case FamilyValidated:
+		return 2
+	case AIPerfQualified:
+		return 3
+	}
+	return -1
+}
+
+// VideoContract is a family's validity criteria for a clip beyond its exact shape (frames,
+// size, fps and duration must always equal what was asked).
+type VideoContract struct {
+	// MinMotion is the least mean absolute difference (0..255, RGB) between consecutive frames
+	// averaged over the clip: below it the clip is frozen.
+	MinMotion float64 `json:"min_motion"`
+	// MinStdDev is the least per-frame pixel standard deviation (0..255): below it a frame is
+	// blank.
+	MinStdDev float64 `json:"min_stddev"`
+}
+
+// EditContract is a family's validity criteria for an edited image.
+type EditContract struct {
+	// MinChange is the least mean absolute difference (0..255) from the reference resized to
+	// the output: below it the "edit" returned its input.
+	MinChange float64 `json:"min_change"`
+}
+
+// GPUNeeds says what hardware a checkpoint's run takes.
+type GPUNeeds struct {
+	Count    int `json:"count"`
+	MemoryGB int `json:"memory_gb"` // per GPU
+}
+
+// Variant is a precision, quantisation or parallelism variant of a checkpoint. Variants are
+// recorded with their checkpoint and never counted as models of their own.
+type Variant struct {
+	Name   string `json:"name"`
+	Note   string `json:"note"`
+	Status Status `json:"status"`
+}
+
+// Entry is one inventory row: a checkpoint and everything needed to qualify it.
+type Entry struct {
+	Checkpoint
+	Workload   Capability `json:"workload"`    // the group the checkpoint is qualified in
+	NativeTask string     `json:"native_task"` // the family's native generation call
+	Status     Status     `json:"status"`
+	Note       string     `json:"note,omitempty"` // for exclusions, gaps, and anything partial
+	// Bundle is the directory name under MEDIAQUAL_BUNDLES holding the weights (Hugging Face
+	// snapshot layout), empty for families that carry none.
+	Bundle   string         `json:"bundle,omitempty"`
+	GPU      *GPUNeeds      `json:"gpu,omitempty"`
+	Video    *VideoContract `json:"video_contract,omitempty"`
+	Edit     *EditContract  `json:"edit_contract,omitempty"`
+	Fixtures string         `json:"fixtures"` // name of the fixture set in fixtures/
+	Variants []Variant      `json:"variants,omitempty"`
+	// ExpectGap, for a negative control, is the capability gap the suite must detect: the case
+	// passes when the probe finds exactly this gap.
+	ExpectGap string `json:"expect_gap,omitempty"`
+}
+
+// Problems lists what an inventory row is missing or gets wrong; a complete row has none.
+func (e Entry) Problems() []string {
+	var p []string
+	need := func(ok bool, format string, args ...any) {
+		if !ok {
+			p = append(p, fmt.Sprintf(format, args...))
+		}
+	}
+	need(e.ID != "", "no checkpoint id")
+	need(e.Family != "", "no family")
+	need(e.Profile != "", "no profile")
+	need(e.NativeTask != "", "no native task")
+	need(e.Fixtures != "", "no fixture set")
+	need(e.Has(e.Workload), "workload %s is not among its capabilities %v", e.Workload, e.Capabilities)
+	need(e.Status.Rank() >= 0 || e.Note != "", "status %q needs a note saying why", e.Status)
+	if e.Status == Excluded {
+		return p // nothing runs, so nothing else is owed
+	}
+	if e.Status.Rank() >= 1 {
+		need(e.Revision != "" && !strings.Contains(e.Revision, " "), "no immutable revision")
+		need(e.Precision != "", "no precision")
+		need(e.NewTask != nil || len(e.Worker) > 0, "status %s but no Task", e.Status)
+	}
+	switch e.Workload {
+	case TextToVideo:
+		need(e.Video != nil, "no video contract")
+		need(e.Controls.Frames != nil && e.Controls.Frames.Allows(e.Defaults.NumFrames), "pinned frame count %d not allowed by its own frame rule", e.Defaults.NumFrames)
+		need(e.Controls.AllowsFPS(e.Defaults.FPS), "pinned fps %d not among its controls", e.Defaults.FPS)
+	case ImageEdit:
+		need(e.Edit != nil, "no edit contract")
+	}
+	need(e.Controls.AllowsSize(e.Defaults.Size), "pinned size %s not among its controls", e.Defaults.Size)
+	need(e.Controls.Steps.Contains(e.Defaults.Steps), "pinned steps %d outside %s", e.Defaults.Steps, e.Controls.Steps)
+	need(e.Controls.Guidance.Contains(e.Defaults.Guidance), "pinned guidance %g outside %s", e.Defaults.Guidance, e.Controls.Guidance)
+	return p
+}
+
+// GapIgnoresReference is the capability gap the reference-influence probe reports for a model
+// whose image_edit output does not depend on its reference image.
+const GapIgnoresReference = "image_edit: output does not depend on the reference image"

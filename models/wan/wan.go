@@ -1,0 +1,58 @@
+// Package wan is the Wan video family (Wan-AI): Wan2.1-T2V-1.3B and Wan2.2-TI2V-5B, run by the
+// diffusers WanPipeline. Settings are pinned from the upstream manifests (DESIGN section 4);
+// the VAE compresses time 4x, so frame counts are 4k+1.
+package wan
+
+import "mediaqual/models/spec"
+
+// frames4k1 is Wan's frame rule: the VAE needs 4k+1 frames. diffusers silently rounds other
+// counts down; mediaserve rejects them instead.
+var frames4k1 = &spec.FrameRule{Step: 4, Offset: 1, Range: spec.IntRange{Min: 5, Max: 121}}
+
+// videoContract: real generators move; a clip whose consecutive frames differ by less than
+// half a level on average is frozen, one whose frames vary by less than 2 levels is blank.
+var videoContract = &spec.VideoContract{MinMotion: 0.5, MinStdDev: 2}
+
+// Entries are the family's inventory rows.
+func Entries() []spec.Entry {
+	return []spec.Entry{
+		{
+			Checkpoint: spec.Checkpoint{
+				ID: "Wan-AI/Wan2.1-T2V-1.3B", Family: "wan", Profile: "full",
+				// No revision is pinned upstream for this checkpoint; it is taken from the
+				// bundle's snapshot when the family is implemented.
+				Revision: "", Precision: "bf16",
+				Capabilities: []spec.Capability{spec.TextToVideo},
+				Controls: spec.Controls{
+					Sizes: []spec.Size{{W: 832, H: 480}, {W: 480, H: 832}}, Frames: frames4k1, FPS: []int{16},
+					Steps: spec.IntRange{Min: 1, Max: 100}, Guidance: spec.FloatRange{Min: 1, Max: 20},
+					GuidanceParam: "guidance_scale", NegativePrompt: true,
+				},
+				// fp16 decodes blank frames upstream, hence bf16; 16 fps is Wan2.1's native rate.
+				Defaults: spec.Settings{Size: spec.Size{W: 832, H: 480}, NumFrames: 17, FPS: 16, Steps: 30, Guidance: 5.0, Seed: 42},
+			},
+			Workload: spec.TextToVideo, NativeTask: "diffusers.WanPipeline (UniPC flow_shift 3.0)",
+			Status: spec.Planned, Note: "native Task adapter not yet implemented",
+			Bundle: "Wan-AI/Wan2.1-T2V-1.3B-Diffusers", GPU: &spec.GPUNeeds{Count: 1, MemoryGB: 40},
+			Video: videoContract, Fixtures: "t2v-prompts",
+			Variants: []spec.Variant{{Name: "fp16", Note: "decodes blank frames in native diffusers; not served", Status: spec.Excluded}},
+		},
+		{
+			Checkpoint: spec.Checkpoint{
+				ID: "Wan-AI/Wan2.2-TI2V-5B", Family: "wan", Profile: "full",
+				Revision: "921dbaf3", Precision: "bf16", // short form from the upstream manifest
+				Capabilities: []spec.Capability{spec.TextToVideo},
+				Controls: spec.Controls{
+					Sizes: []spec.Size{{W: 1280, H: 704}, {W: 704, H: 1280}}, Frames: frames4k1, FPS: []int{24},
+					Steps: spec.IntRange{Min: 1, Max: 100}, Guidance: spec.FloatRange{Min: 1, Max: 20},
+					GuidanceParam: "guidance_scale", NegativePrompt: true,
+				},
+				Defaults: spec.Settings{Size: spec.Size{W: 1280, H: 704}, NumFrames: 121, FPS: 24, Steps: 50, Guidance: 5.0, Seed: 42},
+			},
+			Workload: spec.TextToVideo, NativeTask: "diffusers.WanPipeline, text-to-video mode (UniPC flow_shift 5.0)",
+			Status: spec.Planned, Note: "native Task adapter not yet implemented; revision is the manifest's short hash",
+			Bundle: "Wan-AI/Wan2.2-TI2V-5B-Diffusers", GPU: &spec.GPUNeeds{Count: 1, MemoryGB: 80},
+			Video: videoContract, Fixtures: "t2v-prompts",
+		},
+	}
+}
