@@ -102,6 +102,12 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 	return s.b.Write(p)
 }
 
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
 // entries parses the ledger so far.
 func (s *syncBuffer) entries(t *testing.T) []server.LedgerEntry {
 	s.mu.Lock()

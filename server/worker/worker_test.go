@@ -20,12 +20,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"mediaqual/models/spec"
+	"mediaqual/server/worker/workertest"
 )
 
 func TestMain(m *testing.M) {
-	if mode := os.Getenv(envMode); mode != "" {
-		os.Exit(testWorker(mode))
-	}
+	workertest.Main() // when EnvMode is set, this binary is the worker and exits here
 	os.Exit(m.Run())
 }
 
@@ -60,7 +59,7 @@ func newTask(t *testing.T, mode string, tweak ...func(*Config, *Task)) fixture {
 	logb := &syncBuf{}
 	cfg := Config{
 		Argv:        []string{os.Args[0]},
-		Env:         []string{envMode + "=" + mode},
+		Env:         []string{workertest.EnvMode + "=" + mode},
 		ScratchDir:  scratch,
 		Log:         logb,
 		LoadTimeout: 10 * time.Second,
@@ -148,7 +147,7 @@ func requireFrames(t *testing.T, out spec.Output, seed int64, frames, w, h int) 
 		require.Len(t, img.Pix, 4*w*h)
 		for y := 0; y < h; y++ {
 			for x := 0; x < w; x++ {
-				want := color.RGBA{pattern(seed, f, x, y, 0), pattern(seed, f, x, y, 1), pattern(seed, f, x, y, 2), 255}
+				want := color.RGBA{workertest.Pattern(seed, f, x, y, 0), workertest.Pattern(seed, f, x, y, 1), workertest.Pattern(seed, f, x, y, 2), 255}
 				require.Equal(t, want, img.RGBAAt(x, y), "frame %d pixel %d,%d", f, x, y)
 			}
 		}
@@ -171,7 +170,7 @@ func TestRunOK(t *testing.T) {
 	requireFrames(t, out, seed, 5, 8, 6)
 	assert.Equal(t, spec.Actual{
 		NumFrames: 5, Width: 8, Height: 6, FPS: 16, DurationS: 5.0 / 16, Steps: 4, Guidance: 5.5,
-		Seed: seed, Precision: "bf16",
+		Seed: seed, Precision: workertest.Precision,
 	}, out.Actual)
 	assert.Greater(t, out.TaskWall, time.Duration(0))
 	assert.Equal(t, 1234.5, out.PeakMemoryMB)
@@ -412,7 +411,7 @@ func TestStartFailure(t *testing.T) {
 
 func TestRestartFails(t *testing.T) {
 	marker := filepath.Join(t.TempDir(), "started")
-	fx := newTask(t, "once", func(c *Config, _ *Task) { c.Env = append(c.Env, envMarker+"="+marker) })
+	fx := newTask(t, "once", func(c *Config, _ *Task) { c.Env = append(c.Env, workertest.EnvMarker+"="+marker) })
 	ctx := context.Background()
 	require.NoError(t, fx.task.Load(ctx))
 	_, err := fx.task.Run(ctx, videoReq("crash please", 1, 1, 1))
@@ -427,7 +426,7 @@ func TestRestartFails(t *testing.T) {
 
 func TestCloseKillsProcessGroup(t *testing.T) {
 	marker := filepath.Join(t.TempDir(), "child.pid")
-	fx := newTask(t, "orphan", func(c *Config, _ *Task) { c.Env = append(c.Env, envMarker+"="+marker) })
+	fx := newTask(t, "orphan", func(c *Config, _ *Task) { c.Env = append(c.Env, workertest.EnvMarker+"="+marker) })
 	require.NoError(t, fx.task.Load(context.Background()))
 	pid := workerPID(fx.task)
 	b, err := os.ReadFile(marker)

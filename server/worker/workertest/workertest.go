@@ -1,4 +1,36 @@
-package worker
+// Package workertest makes a Go test binary act as a mediaserve worker (docs/WORKER.md), so
+// that tests can run the out-of-process Task runtime (mediaqual/server/worker) end to end
+// without a real model. It exists for tests only; nothing in production imports it.
+//
+// Use it from TestMain, before m.Run:
+//
+//	func TestMain(m *testing.M) {
+//		workertest.Main() // exits when EnvMode is set: this process is then a worker
+//		os.Exit(m.Run())
+//	}
+//
+// and start workers with worker.Config{Argv: []string{os.Args[0]}, Env: []string{workertest.EnvMode + "=ok"}}.
+//
+// Modes:
+//
+//	ok        renders deterministic frames (Pattern) from size, num_frames and seed (or copies
+//	          the reference); also prints a non-JSON line and a line for an unknown job
+//	crash     like ok, but exits abruptly (status 3) mid-job when the prompt contains "crash",
+//	          and closes stdout but stays alive when it contains "hang up"
+//	badbytes  writes 7 bytes too few
+//	badresult sends a result line whose frames field is not a number
+//	error     answers every job with an error event
+//	slow      sleeps 20 ms per step and honours cancel between steps
+//	stubborn  sleeps 20 ms per step and ignores cancel
+//	fatal     sends a fatal line instead of ready
+//	hang      never sends ready
+//	once      like crash on its first start; every later start is fatal (EnvMarker)
+//	orphan    like ok, after starting a child that sleeps (pid written to EnvMarker)
+//	deaf      like ok, but does not exit when stdin closes
+//	gated     like ok, but sends ready only once the file named by EnvMarker exists
+//
+// Every mode reports precision Precision in its ready line and results.
+package workertest
 
 import (
 	"bufio"
@@ -13,31 +45,24 @@ import (
 	"mediaqual/models/spec"
 )
 
-// The test binary doubles as a worker: TestMain runs testWorker when MEDIAQUAL_TEST_WORKER
-// names a mode. It speaks the protocol of docs/WORKER.md.
-//
-// Modes:
-//
-//	ok        renders deterministic frames from size, num_frames and seed (or copies the
-//	          reference); also prints a non-JSON line and a line for an unknown job
-//	crash     like ok, but exits abruptly (status 3) mid-job when the prompt contains "crash",
-//	          and closes stdout but stays alive when it contains "hang up"
-//	badbytes  writes 7 bytes too few
-//	badresult sends a result line whose frames field is not a number
-//	error     answers every job with an error event
-//	slow      sleeps 20 ms per step and honours cancel between steps
-//	stubborn  sleeps 20 ms per step and ignores cancel
-//	fatal     sends a fatal line instead of ready
-//	hang      never sends ready
-//	once      like crash on its first start; every later start is fatal (MEDIAQUAL_TEST_MARKER)
-//	orphan    like ok, after starting a child that sleeps (pid written to MEDIAQUAL_TEST_MARKER)
-//	deaf      like ok, but does not exit when stdin closes
 const (
-	envMode   = "MEDIAQUAL_TEST_WORKER"
-	envMarker = "MEDIAQUAL_TEST_MARKER"
+	// EnvMode names the worker mode; when set, Main turns the process into a worker.
+	EnvMode = "MEDIAQUAL_TEST_WORKER"
+	// EnvMarker names a file some modes use (once, orphan, gated).
+	EnvMarker = "MEDIAQUAL_TEST_MARKER"
+	// Precision is what the test worker reports in its ready line and in actual.precision.
+	Precision = "bf16"
 )
 
-type testCmd struct {
+// Main runs the process as a worker and exits when EnvMode is set; otherwise it returns at
+// once. Call it first thing in TestMain.
+func Main() {
+	if mode := os.Getenv(EnvMode); mode != "" {
+		os.Exit(Run(mode))
+	}
+}
+
+type command struct {
 	Op        string        `json:"op"`
 	ID        string        `json:"id"`
 	Settings  spec.Settings `json:"settings"`
@@ -45,8 +70,9 @@ type testCmd struct {
 	Output    string        `json:"output"`
 }
 
-// pattern is the deterministic rgb24 content of frame f at (x, y) for seed.
-func pattern(seed int64, f, x, y, c int) byte {
+// Pattern is the deterministic rgb24 content (channel c) of frame f at (x, y) for seed, as
+// rendered by every mode for text_to_video jobs.
+func Pattern(seed int64, f, x, y, c int) byte {
 	return byte(seed*7 + int64(f*13+y*5+x*3+c*101))
 }
 
@@ -56,7 +82,7 @@ func renderRaw(seed int64, frames, w, h int) []byte {
 		for y := 0; y < h; y++ {
 			for x := 0; x < w; x++ {
 				for c := 0; c < 3; c++ {
-					b = append(b, pattern(seed, f, x, y, c))
+					b = append(b, Pattern(seed, f, x, y, c))
 				}
 			}
 		}
@@ -64,7 +90,9 @@ func renderRaw(seed int64, frames, w, h int) []byte {
 	return b
 }
 
-func testWorker(mode string) int {
+// Run speaks the worker protocol on stdin/stdout in mode (see the package comment) and returns
+// the process's exit status.
+func Run(mode string) int {
 	enc := json.NewEncoder(os.Stdout) // one Write per line on unbuffered stdout
 	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
 	logf("test worker starting in mode %s", mode)
@@ -78,7 +106,7 @@ func testWorker(mode string) int {
 		time.Sleep(time.Minute)
 		return 0
 	case "once":
-		marker := os.Getenv(envMarker)
+		marker := os.Getenv(EnvMarker)
 		if _, err := os.Stat(marker); err == nil {
 			_ = enc.Encode(map[string]any{"event": "fatal", "message": "second start refused"})
 			return 2
@@ -87,22 +115,32 @@ func testWorker(mode string) int {
 		mode = "crash"
 	case "orphan":
 		child := exec.Command(os.Args[0])
-		child.Env = append(os.Environ(), envMode+"=hang")
+		child.Env = append(os.Environ(), EnvMode+"=hang")
 		if err := child.Start(); err != nil {
 			logf("starting child: %v", err)
 			return 1
 		}
-		_ = os.WriteFile(os.Getenv(envMarker), []byte(fmt.Sprint(child.Process.Pid)), 0o600)
+		_ = os.WriteFile(os.Getenv(EnvMarker), []byte(fmt.Sprint(child.Process.Pid)), 0o600)
+		mode = "ok"
+	case "gated":
+		marker := os.Getenv(EnvMarker)
+		logf("loading until %s exists", marker)
+		for {
+			if _, err := os.Stat(marker); err == nil {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
 		mode = "ok"
 	}
 
-	_ = enc.Encode(map[string]any{"event": "ready", "precision": "bf16", "pid": os.Getpid()})
+	_ = enc.Encode(map[string]any{"event": "ready", "precision": Precision, "pid": os.Getpid()})
 
-	lines := make(chan testCmd)
+	lines := make(chan command)
 	go func() {
 		sc := bufio.NewScanner(os.Stdin)
 		for sc.Scan() {
-			var c testCmd
+			var c command
 			if err := json.Unmarshal(sc.Bytes(), &c); err != nil {
 				logf("bad command line: %v", err)
 				continue
@@ -115,7 +153,7 @@ func testWorker(mode string) int {
 		if c.Op != "run" {
 			continue // e.g. a cancel for a job that already ended
 		}
-		if !testJob(mode, c, lines, enc, logf) {
+		if !runJob(mode, c, lines, enc, logf) {
 			break
 		}
 	}
@@ -126,8 +164,8 @@ func testWorker(mode string) int {
 	return 0
 }
 
-// testJob runs one job; false means stdin closed during it.
-func testJob(mode string, c testCmd, lines <-chan testCmd, enc *json.Encoder, logf func(string, ...any)) bool {
+// runJob runs one job; false means stdin closed during it.
+func runJob(mode string, c command, lines <-chan command, enc *json.Encoder, logf func(string, ...any)) bool {
 	start := time.Now()
 	s := c.Settings
 	w, h := s.Size.W, s.Size.H
@@ -213,7 +251,7 @@ func testJob(mode string, c testCmd, lines <-chan testCmd, enc *json.Encoder, lo
 	}
 	actual := spec.Actual{
 		Width: w, Height: h, Steps: s.Steps, Guidance: s.Guidance, Seed: s.Seed,
-		FPS: s.FPS, NumFrames: s.NumFrames, Precision: "bf16",
+		FPS: s.FPS, NumFrames: s.NumFrames, Precision: Precision,
 	}
 	if s.FPS > 0 {
 		actual.DurationS = float64(s.NumFrames) / float64(s.FPS)

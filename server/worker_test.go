@@ -1,0 +1,249 @@
+package server_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"mediaqual/models/spec"
+	"mediaqual/server"
+	"mediaqual/server/worker"
+	"mediaqual/server/worker/workertest"
+)
+
+// TestMain lets this test binary double as a worker (see workertest): a lane started with
+// Argv os.Args[0] and workertest.EnvMode set runs the test worker instead of the tests.
+func TestMain(m *testing.M) {
+	workertest.Main()
+	os.Exit(m.Run())
+}
+
+// workerLane is a model lane served by this test binary as a worker in mode.
+type workerLane struct {
+	model   server.Model
+	task    *worker.Task
+	scratch string
+	log     *syncBuffer
+}
+
+func newWorkerLane(t *testing.T, id, mode string, env ...string) workerLane {
+	t.Helper()
+	cp := fakeCheckpoint(id, spec.TextToVideo)
+	cp.Precision = workertest.Precision // the worker reports this; checkActual compares it
+	wl := workerLane{scratch: filepath.Join(t.TempDir(), "scratch"), log: &syncBuffer{}}
+	wl.task = worker.New(worker.Config{
+		Argv:        []string{os.Args[0]},
+		Env:         append([]string{workertest.EnvMode + "=" + mode}, env...),
+		ScratchDir:  wl.scratch,
+		Log:         wl.log,
+		LoadTimeout: 10 * time.Second,
+	})
+	wl.model = server.Model{Checkpoint: cp, Task: wl.task, Runtime: "worker"}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("worker log:\n%s", wl.log)
+		}
+	})
+	return wl
+}
+
+var workerStart = regexp.MustCompile(`worker\[(\d+)\]: test worker starting`)
+
+// pids lists the worker processes started so far, in start order, from their first stderr
+// lines. The server copies stderr asynchronously, so it waits until at least n are logged.
+func (wl workerLane) pids(t *testing.T, n int) []int {
+	t.Helper()
+	var out []int
+	require.Eventually(t, func() bool {
+		out = out[:0]
+		for _, m := range workerStart.FindAllStringSubmatch(wl.log.String(), -1) {
+			pid, err := strconv.Atoi(m[1])
+			if err != nil {
+				return false
+			}
+			out = append(out, pid)
+		}
+		return len(out) >= n
+	}, 10*time.Second, 5*time.Millisecond, "%d worker start(s) logged", n)
+	return out
+}
+
+// processGone reports whether pid no longer runs (absent, or a zombie awaiting its reaper).
+func processGone(pid int) bool {
+	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+		return true
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return errors.Is(err, os.ErrNotExist)
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && i+2 < len(s) && (s[i+2] == 'Z' || s[i+2] == 'X')
+}
+
+func assertGone(t *testing.T, pid int) {
+	t.Helper()
+	assert.Eventually(t, func() bool { return processGone(pid) }, 3*time.Second, 10*time.Millisecond,
+		"worker process %d still running", pid)
+}
+
+func dirNames(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	require.NoError(t, err)
+	var names []string
+	for _, d := range entries {
+		names = append(names, d.Name())
+	}
+	return names
+}
+
+// patternFramesSHA256 is frames_sha256 of what the test worker renders: its rgb24 pattern
+// as RGBA with alpha 255, frame after frame.
+func patternFramesSHA256(seed int64, frames, w, h int) string {
+	hs := sha256.New()
+	for f := range frames {
+		pix := make([]byte, 0, w*h*4)
+		for y := range h {
+			for x := range w {
+				pix = append(pix, workertest.Pattern(seed, f, x, y, 0), workertest.Pattern(seed, f, x, y, 1),
+					workertest.Pattern(seed, f, x, y, 2), 255)
+			}
+		}
+		hs.Write(pix)
+	}
+	return hex.EncodeToString(hs.Sum(nil))
+}
+
+// TestWorkerCrashFailsJobAndLaneRecovers: a worker that dies mid-job fails that job with
+// worker_crashed; the lane restarts the worker and the next job completes.
+func TestWorkerCrashFailsJobAndLaneRecovers(t *testing.T) {
+	wl := newWorkerLane(t, "wkr", "crash")
+	e := start(t, server.Config{Models: []server.Model{wl.model}})
+	first := wl.pids(t, 1)
+	require.Len(t, first, 1, "Load started one worker")
+
+	m := e.do(t, "GET", "/v1/models/wkr", "", nil)
+	require.Equal(t, 200, m.status, "%s", m.body)
+	assert.Equal(t, "worker", m.json(t)["runtime"])
+
+	r := e.postForm(t, "/v1/videos", map[string]string{"model": "wkr", "prompt": "please crash mid-job"})
+	require.Equal(t, 200, r.status, "%s", r.body)
+	crashed := r.json(t)["id"].(string)
+	done := e.waitVideo(t, crashed)
+	require.Equal(t, "failed", done["status"], "%v", done)
+	jerr := done["error"].(map[string]any)
+	assert.Equal(t, worker.CodeCrashed, jerr["code"])
+	assert.Contains(t, jerr["message"], strconv.Itoa(first[0]), "the message names the dead worker")
+	assertGone(t, first[0])
+
+	r = e.postForm(t, "/v1/videos", map[string]string{"model": "wkr", "prompt": "a calm lake"})
+	require.Equal(t, 200, r.status, "%s", r.body)
+	ok := r.json(t)["id"].(string)
+	done = e.waitVideo(t, ok)
+	require.Equal(t, "completed", done["status"], "%v", done)
+	actual := done["actual"].(map[string]any)
+	assert.Equal(t, workertest.Precision, actual["precision"])
+	assert.EqualValues(t, 5, actual["num_frames"])
+	assert.Equal(t, 1, wl.task.Restarts(), "the lane restarted the worker once")
+	pids := wl.pids(t, 2)
+	require.Len(t, pids, 2)
+	assert.NotEqual(t, pids[0], pids[1])
+
+	c := e.do(t, "GET", "/v1/videos/"+ok+"/content", "", nil)
+	require.Equal(t, 200, c.status, "%s", c.body)
+	assert.Equal(t, "video/mp4", c.header.Get("Content-Type"))
+	require.Greater(t, len(c.body), 8)
+	assert.Equal(t, []byte("ftyp"), c.body[4:8], "an MP4")
+	sum := sha256.Sum256(c.body)
+	assert.Equal(t, hex.EncodeToString(sum[:]), done["sha256"])
+
+	again := e.do(t, "GET", "/v1/videos/"+crashed, "", nil).json(t)
+	assert.Equal(t, "failed", again["status"], "failed is terminal")
+	assert.Equal(t, worker.CodeCrashed, again["error"].(map[string]any)["code"])
+
+	entries := e.ledger.entries(t)
+	assert.Equal(t, 1, countStatus(entries, "job", "failed"))
+	assert.Equal(t, 1, countStatus(entries, "job", "completed"))
+	for _, l := range entries {
+		switch {
+		case l.Event == "job" && l.Status == "failed":
+			assert.Equal(t, crashed, l.JobID)
+			require.NotNil(t, l.Error)
+			assert.Equal(t, worker.CodeCrashed, l.Error.Code)
+		case l.Event == "job" && l.Status == "completed":
+			assert.Equal(t, ok, l.JobID)
+			require.NotNil(t, l.Output)
+			assert.Equal(t, patternFramesSHA256(7, 5, 64, 48), l.Output.FramesSHA256,
+				"the worker's frames reach the ledger unchanged")
+			assert.Equal(t, 1234.5, l.Output.PeakMemoryMB)
+		}
+	}
+
+	for _, id := range []string{crashed, ok} {
+		assert.Equal(t, 200, e.do(t, "DELETE", "/v1/videos/"+id, "", nil).status, id)
+	}
+	require.NoError(t, e.srv.Close())
+	assert.Empty(t, e.files(t), "artifact dir")
+	assert.Empty(t, dirNames(t, wl.scratch), "worker scratch dir")
+	for _, pid := range pids {
+		assertGone(t, pid)
+	}
+}
+
+// TestReadyWaitsForWorker: /ready answers 503 while a worker is still loading, and 200 once it
+// sent its ready line.
+func TestReadyWaitsForWorker(t *testing.T) {
+	marker := filepath.Join(t.TempDir(), "loaded")
+	wl := newWorkerLane(t, "wkr", "gated", workertest.EnvMarker+"="+marker)
+	srv, err := server.New(server.Config{Models: []server.Model{wl.model}, ArtifactDir: t.TempDir()})
+	require.NoError(t, err)
+	defer srv.Close()
+	h := srv.Handler()
+
+	loaded := make(chan error, 1)
+	go func() { loaded <- srv.Load(context.Background()) }()
+	wl.pids(t, 1) // the worker has started and is loading
+	rec := httptestRecorder(h, "GET", "/ready")
+	assert.Equal(t, 503, rec.Code)
+	assert.Contains(t, rec.Body.String(), "not_ready")
+	select {
+	case err := <-loaded:
+		t.Fatalf("Load returned before the worker was ready: %v", err)
+	default:
+	}
+
+	require.NoError(t, os.WriteFile(marker, nil, 0o600))
+	select {
+	case err := <-loaded:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Load did not return after the worker became ready")
+	}
+	assert.Equal(t, 200, httptestRecorder(h, "GET", "/ready").Code)
+
+	pids := wl.pids(t, 1)
+	require.NoError(t, srv.Close())
+	assert.Equal(t, 503, httptestRecorder(h, "GET", "/ready").Code, "not ready after Close")
+	for _, pid := range pids {
+		assertGone(t, pid)
+	}
+	assert.Empty(t, dirNames(t, wl.scratch), "worker scratch dir")
+}
