@@ -1,0 +1,162 @@
+// Package check holds the qualification's assertions on artifacts. Each failure is a *Failure
+// naming its check, so a red test says which property broke. The thresholds come from the
+// family's contract (models/spec); nothing here knows a model.
+package check
+
+import (
+	"fmt"
+	"image"
+	"math"
+	"math/big"
+
+	"mediaqual/harness/media"
+	"mediaqual/models/spec"
+)
+
+// Failure is a failed check.
+type Failure struct {
+	Check  string // stable name, e.g. "frame-count"
+	Detail string
+}
+
+func (f *Failure) Error() string { return "check " + f.Check + ": " + f.Detail }
+
+func fail(check, format string, args ...any) *Failure {
+	return &Failure{Check: check, Detail: fmt.Sprintf(format, args...)}
+}
+
+// Clip checks a clip's container against what was asked: exactly num_frames samples, the
+// size, fps as an exact rational, and duration = frames/fps.
+func Clip(info media.MP4Info, want spec.Settings) error {
+	if info.Frames != want.NumFrames {
+		return fail("frame-count", "container has %d frames, asked %d", info.Frames, want.NumFrames)
+	}
+	if info.Width != want.Size.W || info.Height != want.Size.H {
+		return fail("size", "container is %dx%d, asked %s", info.Width, info.Height, want.Size)
+	}
+	if info.FPS == nil || info.FPS.Cmp(big.NewRat(int64(want.FPS), 1)) != 0 {
+		return fail("fps", "container says %v fps, asked %d", info.FPS, want.FPS)
+	}
+	if d := float64(want.NumFrames) / float64(want.FPS); math.Abs(info.DurationS-d) > 1e-6 {
+		return fail("duration", "container duration %.6f s, want frames/fps = %.6f s", info.DurationS, d)
+	}
+	return nil
+}
+
+// Decoded checks what a decoder really produced (ffprobe counting decoded frames) against the
+// container: a corrupt stream decodes fewer frames than its index claims.
+func Decoded(p media.Probe, want spec.Settings) error {
+	if p.Frames != want.NumFrames {
+		return fail("decoded-frames", "ffprobe decoded %d frames, asked %d", p.Frames, want.NumFrames)
+	}
+	if p.Width != want.Size.W || p.Height != want.Size.H {
+		return fail("decoded-size", "ffprobe reports %dx%d, asked %s", p.Width, p.Height, want.Size)
+	}
+	return nil
+}
+
+// Motion checks the family's video contract on decoded frames: no blank frame, and a mean
+// inter-frame change at or above the family's threshold (a frozen clip fails).
+func Motion(frames []*image.RGBA, c spec.VideoContract) (float64, error) {
+	for i, f := range frames {
+		if media.IsBlank(f, c.MinStdDev) {
+			return 0, fail("blank-frame", "frame %d: every channel's std dev is below %.2f %v", i, c.MinStdDev, media.ChannelStdDev(f))
+		}
+	}
+	if len(frames) < 2 {
+		return 0, nil
+	}
+	motion, err := media.Motion(frames)
+	if err != nil {
+		return 0, fail("frame-size", "%v", err)
+	}
+	var sum float64
+	for _, m := range motion {
+		sum += m
+	}
+	mean := sum / float64(len(frames)-1)
+	if mean < c.MinMotion {
+		return mean, fail("motion", "mean inter-frame change %.3f, contract needs >= %.3f (frozen clip)", mean, c.MinMotion)
+	}
+	return mean, nil
+}
+
+// Edit checks an edited image: the asked size, and a real change from its reference (resized
+// to the output when sizes differ).
+func Edit(out, ref image.Image, want spec.Size, c spec.EditContract) (float64, error) {
+	b := out.Bounds()
+	if b.Dx() != want.W || b.Dy() != want.H {
+		return 0, fail("edit-size", "image is %dx%d, asked %s", b.Dx(), b.Dy(), want)
+	}
+	d, err := media.MeanAbsDiff(out, media.Resize(ref, want.W, want.H))
+	if err != nil {
+		return 0, fail("edit-size", "%v", err)
+	}
+	if d < c.MinChange {
+		return d, fail("edit-unchanged", "mean difference from the reference %.3f, contract needs >= %.3f", d, c.MinChange)
+	}
+	return d, nil
+}
+
+// Identity checks that the served artifact is the native one: the same file bytes and the same
+// decoded frames.
+func Identity(servedSHA, nativeSHA string, servedFrames, nativeFrames []string) error {
+	if servedSHA != nativeSHA {
+		return fail("artifact-sha256", "served %s, native %s", short(servedSHA), short(nativeSHA))
+	}
+	if len(servedFrames) != len(nativeFrames) {
+		return fail("frame-digests", "served %d decoded frames, native %d", len(servedFrames), len(nativeFrames))
+	}
+	for i := range servedFrames {
+		if servedFrames[i] != nativeFrames[i] {
+			return fail("frame-digests", "decoded frame %d differs: served %s, native %s", i, short(servedFrames[i]), short(nativeFrames[i]))
+		}
+	}
+	return nil
+}
+
+// Digest checks a downloaded artifact against the digest the server declared for it.
+func Digest(check, got, declared string) error {
+	if got != declared {
+		return fail(check, "downloaded bytes hash to %s, the server declared %s", short(got), short(declared))
+	}
+	return nil
+}
+
+// Influence is the reference-influence probe for image_edit: the same instruction on two
+// different references must give different outputs, each structurally closer (SSIM) to its own
+// reference than to the other. When it is not, the model ignores its reference: the returned
+// gap is spec.GapIgnoresReference and the error names the failed property.
+func Influence(outA, outB, refA, refB image.Image) (gap string, err error) {
+	w, h := outA.Bounds().Dx(), outA.Bounds().Dy()
+	ra, rb := media.Resize(refA, w, h), media.Resize(refB, w, h)
+	diff, err := media.MeanAbsDiff(outA, outB)
+	if err != nil {
+		return "", fail("influence-size", "%v", err)
+	}
+	if diff < 0.5 {
+		return spec.GapIgnoresReference, fail("influence-changes-output", "outputs for two different references differ by %.3f on average: the reference has no effect", diff)
+	}
+	aa, ab := ssim(outA, ra), ssim(outA, rb)
+	ba, bb := ssim(outB, ra), ssim(outB, rb)
+	if aa <= ab || bb <= ba {
+		return spec.GapIgnoresReference, fail("influence-closer-to-own",
+			"output A SSIM to its reference %.3f vs the other %.3f; output B %.3f vs %.3f: outputs do not follow their references", aa, ab, bb, ba)
+	}
+	return "", nil
+}
+
+func ssim(a, b image.Image) float64 {
+	s, err := media.SSIM(a, b)
+	if err != nil {
+		return math.NaN()
+	}
+	return s
+}
+
+func short(s string) string {
+	if len(s) > 12 {
+		return s[:12]
+	}
+	return s
+}

@@ -1,0 +1,545 @@
+// Package client is a small, strict client of the media API described in docs/API.md: models,
+// text-to-video jobs and image edits. It knows the wire format and nothing about particular
+// models.
+//
+// Every error it returns names the route (method and path) and, when the server answered,
+// the HTTP status, the error envelope (code, param, message) and the X-Request-ID. Errors from
+// non-2xx answers are *APIError (use errors.As).
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"mime"
+	"mime/multipart"
+	"net/http"
+	"net/textproto"
+	"net/url"
+	"sort"
+	"strings"
+	"time"
+
+	"mediaqual/models/spec"
+)
+
+// DefaultPollEvery is WaitVideo's cadence when Client.PollEvery is zero.
+const DefaultPollEvery = 250 * time.Millisecond
+
+// Job statuses (docs/API.md).
+const (
+	StatusQueued     = "queued"
+	StatusInProgress = "in_progress"
+	StatusCompleted  = "completed"
+	StatusFailed     = "failed"
+)
+
+// Client talks to one server.
+type Client struct {
+	BaseURL   string        // e.g. "http://127.0.0.1:8000"; a trailing slash is ignored
+	HTTP      *http.Client  // nil: http.DefaultClient
+	APIKey    string        // sent as "Authorization: Bearer <key>" when non-empty
+	PollEvery time.Duration // WaitVideo's stated cadence (default 250 ms)
+}
+
+// APIErrorBody is the body of the error envelope {"error": {...}}, and a failed job's error
+// ({code, message}).
+type APIErrorBody struct {
+	Message string `json:"message"`
+	Type    string `json:"type,omitempty"`
+	Param   string `json:"param,omitempty"`
+	Code    string `json:"code"`
+}
+
+// APIError is a non-2xx answer.
+type APIError struct {
+	Method, Route string // e.g. "POST", "/v1/videos"
+	Status        int
+	Body          APIErrorBody // from the envelope; for a body that is not one, Message quotes it
+	RequestID     string       // the response's X-Request-ID
+	RetryAfter    string       // the response's Retry-After, if any
+	RawBody       []byte       // at most 4 KiB of the body as received
+}
+
+// Error reads "POST /v1/videos: HTTP 400 unsupported_value (param fps): message [X-Request-ID r1]".
+func (e *APIError) Error() string {
+	var b strings.Builder
+	if e.Route != "" {
+		fmt.Fprintf(&b, "%s %s: ", e.Method, e.Route)
+	}
+	fmt.Fprintf(&b, "HTTP %d", e.Status)
+	if e.Body.Code != "" {
+		b.WriteString(" " + e.Body.Code)
+	}
+	if e.Body.Param != "" {
+		fmt.Fprintf(&b, " (param %s)", e.Body.Param)
+	}
+	b.WriteString(": " + e.Body.Message)
+	if e.RequestID != "" {
+		fmt.Fprintf(&b, " [X-Request-ID %s]", e.RequestID)
+	}
+	return b.String()
+}
+
+// Model is one entry of GET /v1/models.
+type Model struct {
+	ID            string         `json:"id"`
+	Object        string         `json:"object"`
+	Capabilities  []string       `json:"capabilities"`
+	Family        string         `json:"family"`
+	Profile       string         `json:"profile"`
+	Revision      string         `json:"revision"`
+	Precision     string         `json:"precision"`
+	Runtime       string         `json:"runtime"`
+	QueueCapacity int            `json:"queue_capacity"`
+	Controls      map[string]any `json:"controls"`
+	Defaults      map[string]any `json:"defaults"`
+	Raw           map[string]any `json:"-"` // the whole object; numbers are json.Number
+}
+
+// Has reports whether the model declares capability c.
+func (m Model) Has(c string) bool {
+	for _, x := range m.Capabilities {
+		if x == c {
+			return true
+		}
+	}
+	return false
+}
+
+// Actual and Settings are the wire shapes of models/spec: what a job was asked for after
+// defaults, and what the server reports it produced.
+type (
+	Actual   = spec.Actual
+	Settings = spec.Settings
+)
+
+// Timing is the server's account of a job's time.
+type Timing struct {
+	QueueMS        float64 `json:"queue_ms"`
+	TaskCallWallMS float64 `json:"task_call_wall_ms"`
+	EncodeMS       float64 `json:"encode_ms"`
+	TotalMS        float64 `json:"total_ms"`
+}
+
+// Video is the video object of POST/GET /v1/videos.
+type Video struct {
+	ID             string         `json:"id"`
+	Object         string         `json:"object"`
+	Model          string         `json:"model"`
+	Status         string         `json:"status"`
+	Progress       int            `json:"progress"`
+	CreatedAt      int64          `json:"created_at"`
+	CompletedAt    *int64         `json:"completed_at"`
+	ExpiresAt      *int64         `json:"expires_at"`
+	Error          *APIErrorBody  `json:"error"`
+	Prompt         string         `json:"prompt"`
+	Size           string         `json:"size"`
+	Seconds        string         `json:"seconds"`
+	Settings       Settings       `json:"settings"`
+	URL            string         `json:"url"`
+	Actual         Actual         `json:"actual"`
+	Timing         Timing         `json:"timing"`
+	InferenceTimeS float64        `json:"inference_time_s"`
+	PeakMemoryMB   float64        `json:"peak_memory_mb"`
+	SHA256         string         `json:"sha256"`
+	Raw            map[string]any `json:"-"` // the whole object; numbers are json.Number
+}
+
+// Terminal reports whether the job has ended (completed or failed).
+func (v Video) Terminal() bool { return v.Status == StatusCompleted || v.Status == StatusFailed }
+
+// Polls is what WaitVideo did.
+type Polls struct {
+	N       int           // GET /v1/videos/{id} requests made
+	Every   time.Duration // the cadence it was asked to keep
+	Elapsed time.Duration // from the first poll's start to the last poll's end
+}
+
+// EditResult is the answer of POST /v1/images/edits.
+type EditResult struct {
+	ID             string
+	Created        int64
+	Model          string
+	Size           string
+	OutputFormat   string
+	PNG            []byte // decoded from b64_json, or fetched from URL
+	URL            string // set when the server answered with a url
+	Actual         Actual
+	Timing         Timing
+	InferenceTimeS float64
+	PeakMemoryMB   float64
+	SHA256         string
+	ExpiresAt      *int64
+	Raw            map[string]any // the whole answer; numbers are json.Number
+}
+
+type editWire struct {
+	ID      string `json:"id"`
+	Created int64  `json:"created"`
+	Model   string `json:"model"`
+	Data    []struct {
+		B64JSON *string `json:"b64_json"`
+		URL     *string `json:"url"`
+	} `json:"data"`
+	Size           string  `json:"size"`
+	OutputFormat   string  `json:"output_format"`
+	Actual         Actual  `json:"actual"`
+	Timing         Timing  `json:"timing"`
+	InferenceTimeS float64 `json:"inference_time_s"`
+	PeakMemoryMB   float64 `json:"peak_memory_mb"`
+	SHA256         string  `json:"sha256"`
+	ExpiresAt      *int64  `json:"expires_at"`
+}
+
+// Ready asks GET /ready and returns nil only for 200.
+func (c *Client) Ready(ctx context.Context) error {
+	_, err := c.do(ctx, http.MethodGet, "/ready", nil, "", "")
+	return err
+}
+
+// Models lists GET /v1/models.
+func (c *Client) Models(ctx context.Context) ([]Model, error) {
+	r, err := c.do(ctx, http.MethodGet, "/v1/models", nil, "", "")
+	if err != nil {
+		return nil, err
+	}
+	var list struct {
+		Data []json.RawMessage `json:"data"`
+	}
+	if err := r.decode(&list, nil); err != nil {
+		return nil, err
+	}
+	ms := make([]Model, len(list.Data))
+	for i, raw := range list.Data {
+		sub := *r
+		sub.body = raw
+		if err := sub.decode(&ms[i], &ms[i].Raw); err != nil {
+			return nil, err
+		}
+	}
+	return ms, nil
+}
+
+// CreateVideo posts POST /v1/videos as multipart/form-data, every value a text field (as AIPerf
+// sends it), and sets X-Request-ID when requestID is non-empty.
+func (c *Client) CreateVideo(ctx context.Context, fields map[string]string, requestID string) (Video, error) {
+	body, ct, err := multipartBody(fields, nil)
+	if err != nil {
+		return Video{}, fmt.Errorf("POST /v1/videos: %w", err)
+	}
+	r, err := c.do(ctx, http.MethodPost, "/v1/videos", body, ct, requestID)
+	if err != nil {
+		return Video{}, err
+	}
+	var v Video
+	err = r.decode(&v, &v.Raw)
+	return v, err
+}
+
+// GetVideo asks GET /v1/videos/{id}.
+func (c *Client) GetVideo(ctx context.Context, id string) (Video, error) {
+	r, err := c.do(ctx, http.MethodGet, "/v1/videos/"+url.PathEscape(id), nil, "", "")
+	if err != nil {
+		return Video{}, err
+	}
+	var v Video
+	err = r.decode(&v, &v.Raw)
+	return v, err
+}
+
+// WaitVideo polls GET /v1/videos/{id} every PollEvery (the first poll at once) until the job is
+// completed or failed, and returns the last video object. A failed job is not an error: check
+// Video.Status and Video.Error. A non-2xx poll, an unknown status and ctx ending are errors;
+// Polls is filled in either way.
+func (c *Client) WaitVideo(ctx context.Context, id string) (Video, Polls, error) {
+	p := Polls{Every: c.PollEvery}
+	if p.Every <= 0 {
+		p.Every = DefaultPollEvery
+	}
+	start := time.Now()
+	next := start
+	last := "none"
+	ended := func(v Video) (Video, Polls, error) {
+		return v, p, fmt.Errorf("waiting for %s: last status %q after %d polls in %v: %w",
+			id, last, p.N, time.Since(start).Round(time.Millisecond), ctx.Err())
+	}
+	for {
+		v, err := c.GetVideo(ctx, id)
+		p.N++
+		p.Elapsed = time.Since(start)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ended(v)
+			}
+			return v, p, fmt.Errorf("waiting for %s (poll %d after %v): %w", id, p.N, p.Elapsed.Round(time.Millisecond), err)
+		}
+		last = v.Status
+		switch v.Status {
+		case StatusCompleted, StatusFailed:
+			return v, p, nil
+		case StatusQueued, StatusInProgress:
+		default:
+			return v, p, fmt.Errorf("GET /v1/videos/%s: unknown status %q (poll %d)", id, v.Status, p.N)
+		}
+		// Keep the cadence: the next poll is due Every after the previous one was due, not after
+		// it returned; a poll slower than Every is followed at once.
+		next = next.Add(p.Every)
+		if now := time.Now(); next.Before(now) {
+			next = now
+		}
+		t := time.NewTimer(time.Until(next))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ended(v)
+		case <-t.C:
+		}
+	}
+}
+
+// Content downloads GET /v1/videos/{id}/content and returns the bytes and their Content-Type.
+func (c *Client) Content(ctx context.Context, id string) ([]byte, string, error) {
+	r, err := c.do(ctx, http.MethodGet, "/v1/videos/"+url.PathEscape(id)+"/content", nil, "", "")
+	if err != nil {
+		return nil, "", err
+	}
+	return r.body, r.resp.Header.Get("Content-Type"), nil
+}
+
+// DeleteVideo asks DELETE /v1/videos/{id} and checks the answer says deleted.
+func (c *Client) DeleteVideo(ctx context.Context, id string) error {
+	return c.deleteObject(ctx, "/v1/videos/"+url.PathEscape(id), id)
+}
+
+// DeleteImage asks DELETE /v1/images/{id} (an edit answered with a url) and checks the answer
+// says deleted.
+func (c *Client) DeleteImage(ctx context.Context, id string) error {
+	return c.deleteObject(ctx, "/v1/images/"+url.PathEscape(id), id)
+}
+
+func (c *Client) deleteObject(ctx context.Context, route, id string) error {
+	r, err := c.do(ctx, http.MethodDelete, route, nil, "", "")
+	if err != nil {
+		return err
+	}
+	var d struct {
+		ID      string `json:"id"`
+		Deleted bool   `json:"deleted"`
+	}
+	if err := r.decode(&d, nil); err != nil {
+		return err
+	}
+	if !d.Deleted || d.ID != id {
+		return r.errorf("answer %s does not say %s was deleted", snippet(r.body), id)
+	}
+	return nil
+}
+
+// Edit posts POST /v1/images/edits as multipart/form-data: fields as text fields and image as
+// the file part "image" named filename (its Content-Type sniffed from the bytes). It sets
+// X-Request-ID when requestID is non-empty. The PNG comes from b64_json or, for
+// response_format=url, is fetched from the url (with the same credentials).
+func (c *Client) Edit(ctx context.Context, fields map[string]string, image []byte, filename, requestID string) (EditResult, error) {
+	const route = "/v1/images/edits"
+	if filename == "" {
+		filename = "image"
+	}
+	body, ct, err := multipartBody(fields, &filePart{field: "image", name: filename, data: image})
+	if err != nil {
+		return EditResult{}, fmt.Errorf("POST %s: %w", route, err)
+	}
+	r, err := c.do(ctx, http.MethodPost, route, body, ct, requestID)
+	if err != nil {
+		return EditResult{}, err
+	}
+	var w editWire
+	res := EditResult{}
+	if err := r.decode(&w, &res.Raw); err != nil {
+		return res, err
+	}
+	res.ID, res.Created, res.Model, res.Size, res.OutputFormat = w.ID, w.Created, w.Model, w.Size, w.OutputFormat
+	res.Actual, res.Timing, res.InferenceTimeS, res.PeakMemoryMB = w.Actual, w.Timing, w.InferenceTimeS, w.PeakMemoryMB
+	res.SHA256, res.ExpiresAt = w.SHA256, w.ExpiresAt
+	if len(w.Data) != 1 {
+		return res, r.errorf("want exactly one item in data, got %d", len(w.Data))
+	}
+	switch d := w.Data[0]; {
+	case d.B64JSON != nil && *d.B64JSON != "":
+		if res.PNG, err = base64.StdEncoding.DecodeString(*d.B64JSON); err != nil {
+			return res, r.errorf("data[0].b64_json: %v", err)
+		}
+	case d.URL != nil && *d.URL != "":
+		res.URL = *d.URL
+		if res.PNG, err = c.fetch(ctx, res.URL); err != nil {
+			return res, err
+		}
+	default:
+		return res, r.errorf("data[0] has neither b64_json nor url")
+	}
+	return res, nil
+}
+
+// fetch GETs an artifact URL the server gave (absolute, or relative to BaseURL).
+func (c *Client) fetch(ctx context.Context, u string) ([]byte, error) {
+	ref, err := url.Parse(u)
+	if err != nil {
+		return nil, fmt.Errorf("GET %s: %w", u, err)
+	}
+	if !ref.IsAbs() {
+		base, err := url.Parse(c.base())
+		if err != nil {
+			return nil, fmt.Errorf("GET %s: base URL: %w", u, err)
+		}
+		ref = base.ResolveReference(ref)
+	}
+	r, err := c.doURL(ctx, http.MethodGet, ref.String(), ref.Path, nil, "", "")
+	if err != nil {
+		return nil, err
+	}
+	return r.body, nil
+}
+
+// response is a 2xx answer, read whole.
+type response struct {
+	method, route string
+	resp          *http.Response
+	body          []byte
+}
+
+// errorf is an error about a 2xx answer that does not keep the contract.
+func (r *response) errorf(format string, args ...any) error {
+	return fmt.Errorf("%s %s: HTTP %d: %s%s", r.method, r.route, r.resp.StatusCode, fmt.Sprintf(format, args...), reqIDSuffix(r.resp))
+}
+
+// decode unmarshals the body into v and, when raw is non-nil, into *raw (numbers as
+// json.Number). A body that is not JSON is an error quoting it.
+func (r *response) decode(v any, raw *map[string]any) error {
+	if err := json.Unmarshal(r.body, v); err != nil {
+		return r.errorf("decoding JSON (Content-Type %q): %v; body %s", r.resp.Header.Get("Content-Type"), err, snippet(r.body))
+	}
+	if raw != nil {
+		dec := json.NewDecoder(bytes.NewReader(r.body))
+		dec.UseNumber()
+		if err := dec.Decode(raw); err != nil {
+			return r.errorf("decoding JSON: %v; body %s", err, snippet(r.body))
+		}
+	}
+	return nil
+}
+
+func (c *Client) base() string { return strings.TrimRight(c.BaseURL, "/") }
+
+func (c *Client) do(ctx context.Context, method, route string, body io.Reader, contentType, requestID string) (*response, error) {
+	return c.doURL(ctx, method, c.base()+route, route, body, contentType, requestID)
+}
+
+// doURL sends one request and reads the answer whole; a non-2xx answer is an *APIError.
+func (c *Client) doURL(ctx context.Context, method, u, route string, body io.Reader, contentType, requestID string) (*response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", method, route, err)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	if requestID != "" {
+		req.Header.Set("X-Request-ID", requestID)
+	}
+	if c.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.APIKey)
+	}
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", method, route, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: HTTP %d: reading the body: %w%s", method, route, resp.StatusCode, err, reqIDSuffix(resp))
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return nil, apiError(method, route, resp, b)
+	}
+	return &response{method: method, route: route, resp: resp, body: b}, nil
+}
+
+func apiError(method, route string, resp *http.Response, body []byte) *APIError {
+	e := &APIError{
+		Method: method, Route: route, Status: resp.StatusCode,
+		RequestID: resp.Header.Get("X-Request-ID"), RetryAfter: resp.Header.Get("Retry-After"),
+		RawBody: body[:min(len(body), 4096)],
+	}
+	var env struct {
+		Error *APIErrorBody `json:"error"`
+	}
+	if err := json.Unmarshal(body, &env); err == nil && env.Error != nil && (env.Error.Code != "" || env.Error.Message != "") {
+		e.Body = *env.Error
+	} else {
+		e.Body.Message = fmt.Sprintf("no error envelope (Content-Type %q): body %s", resp.Header.Get("Content-Type"), snippet(body))
+	}
+	return e
+}
+
+func reqIDSuffix(resp *http.Response) string {
+	if id := resp.Header.Get("X-Request-ID"); id != "" {
+		return " [X-Request-ID " + id + "]"
+	}
+	return " [no X-Request-ID]"
+}
+
+// snippet quotes at most 200 bytes of b.
+func snippet(b []byte) string {
+	const n = 200
+	if len(b) > n {
+		return fmt.Sprintf("%q… (%d bytes)", b[:n], len(b))
+	}
+	return fmt.Sprintf("%q", b)
+}
+
+type filePart struct {
+	field, name string
+	data        []byte
+}
+
+// multipartBody writes fields (sorted by name, for reproducible bodies) as text fields and then
+// the file part, if any.
+func multipartBody(fields map[string]string, file *filePart) (io.Reader, string, error) {
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	keys := make([]string, 0, len(fields))
+	for k := range fields {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if err := mw.WriteField(k, fields[k]); err != nil {
+			return nil, "", err
+		}
+	}
+	if file != nil {
+		h := make(textproto.MIMEHeader)
+		h.Set("Content-Disposition", mime.FormatMediaType("form-data", map[string]string{"name": file.field, "filename": file.name}))
+		h.Set("Content-Type", http.DetectContentType(file.data))
+		w, err := mw.CreatePart(h)
+		if err != nil {
+			return nil, "", err
+		}
+		if _, err := w.Write(file.data); err != nil {
+			return nil, "", err
+		}
+	}
+	if err := mw.Close(); err != nil {
+		return nil, "", err
+	}
+	return &buf, mw.FormDataContentType(), nil
+}
+
+var _ error = (*APIError)(nil)
