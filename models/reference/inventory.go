@@ -2,6 +2,10 @@ package reference
 
 import "mediaqual/models/spec"
 
+// goldens holds the digests of the reference Tasks' raw frames for the pinned fixtures; the
+// suite refreshes it only when MEDIAQUAL_UPDATE_GOLDENS=1.
+const goldens = "models/reference/testdata/goldens.json"
+
 // Entries are the reference families' inventory rows. They qualify the machinery, never a
 // model: every report labels them reference/L0.
 func Entries() []spec.Entry {
@@ -9,7 +13,7 @@ func Entries() []spec.Entry {
 	return []spec.Entry{
 		{
 			Checkpoint: t2v, Workload: spec.TextToVideo, NativeTask: "reference.t2vTask (Go, in-process)",
-			Status: spec.Implemented, Fixtures: "t2v-prompts",
+			Status: spec.Implemented, Fixtures: "t2v-prompts", Goldens: goldens,
 			Note: "reference/L0: procedural renderer that exercises the chain; not a model",
 			// The renderer moves several shapes every frame; 2 levels is far below what it
 			// produces and far above an encoder's noise on a frozen clip.
@@ -17,13 +21,13 @@ func Entries() []spec.Entry {
 		},
 		{
 			Checkpoint: edit, Workload: spec.ImageEdit, NativeTask: "reference.editTask (Go, in-process)",
-			Status: spec.Implemented, Fixtures: "edit-photos",
+			Status: spec.Implemented, Fixtures: "edit-photos", Goldens: goldens,
 			Note: "reference/L0: deterministic instruction-driven editor; not a model",
 			Edit: &spec.EditContract{MinChange: 4},
 		},
 		{
 			Checkpoint: t2i, Workload: spec.ImageEdit, NativeTask: "reference.t2iTask (Go, in-process)",
-			Status: spec.CapabilityGap, Fixtures: "edit-photos",
+			Status: spec.CapabilityGap, Fixtures: "edit-photos", Goldens: goldens,
 			Note:      "reference/L0 negative control: declares image_edit but ignores the reference image",
 			Edit:      &spec.EditContract{MinChange: 4},
 			ExpectGap: spec.GapIgnoresReference,

@@ -78,7 +78,10 @@ type Entry struct {
 	Video    *VideoContract `json:"video_contract,omitempty"`
 	Edit     *EditContract  `json:"edit_contract,omitempty"`
 	Fixtures string         `json:"fixtures"` // name of the fixture set in fixtures/
-	Variants []Variant      `json:"variants,omitempty"`
+	// Goldens, for deterministic families, is the file (from the module root) holding the
+	// digest of the Task's raw output for each pinned fixture.
+	Goldens  string    `json:"goldens,omitempty"`
+	Variants []Variant `json:"variants,omitempty"`
 	// ExpectGap, for a negative control, is the capability gap the suite must detect: the case
 	// passes when the probe finds exactly this gap.
 	ExpectGap string `json:"expect_gap,omitempty"`

@@ -225,3 +225,23 @@ type Error struct {
 }
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+// Fields renders settings as the HTTP request fields a client sends for them, under the
+// controls' parameter names: the inverse of the server's resolution.
+func (s Settings) Fields(c Controls, capability Capability) map[string]string {
+	f := map[string]string{
+		"prompt":              s.Prompt,
+		"size":                s.Size.String(),
+		"num_inference_steps": strconv.Itoa(s.Steps),
+		c.GuidanceParam:       strconv.FormatFloat(s.Guidance, 'f', -1, 64),
+		"seed":                strconv.FormatInt(s.Seed, 10),
+	}
+	if capability == TextToVideo {
+		f["num_frames"] = strconv.Itoa(s.NumFrames)
+		f["fps"] = strconv.Itoa(s.FPS)
+	}
+	if c.NegativePrompt && s.NegativePrompt != "" {
+		f["negative_prompt"] = s.NegativePrompt
+	}
+	return f
+}

@@ -1,0 +1,26 @@
+package casegen
+
+import (
+	"regexp"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
+
+func TestTestNameSelectsExactlyOneCheckpoint(t *testing.T) {
+	assert.Equal(t, "TestWan2_1_T2V_1_3B", TestName("Wan-AI/Wan2.1-T2V-1.3B"))
+	assert.Equal(t, "TestRef_t2v", TestName("ref-t2v"))
+	wan21 := regexp.MustCompile("Wan2.1")
+	assert.True(t, wan21.MatchString(TestName("Wan-AI/Wan2.1-T2V-1.3B")))
+	assert.False(t, wan21.MatchString(TestName("Wan-AI/Wan2.2-TI2V-5B")))
+}
+
+func TestFilesSplitByGPUNeed(t *testing.T) {
+	files, err := Files()
+	assert.NoError(t, err)
+	assert.Contains(t, string(files["cases_gpu_test.go"]), "//go:build gpu")
+	assert.Contains(t, string(files["cases_gpu_test.go"]), `qualify(t, "Wan-AI/Wan2.1-T2V-1.3B")`)
+	assert.Contains(t, string(files["cases_nogpu_test.go"]), `needsGPUTag(t, "Wan-AI/Wan2.1-T2V-1.3B")`)
+	assert.Contains(t, string(files["cases_test.go"]), `qualify(t, "ref-t2v")`)
+	assert.NotContains(t, string(files["cases_test.go"]), "Wan2.1")
+}

@@ -1,0 +1,209 @@
+// The qualification suite. Every inventory row gets a generated top-level test (cases_*.go,
+// written by `go generate`) that calls qualify; each runs the stages of docs/QUALIFICATION.md as
+// subtests with stable names and records a result row. TestMain builds mediaserve once and,
+// when MEDIAQUAL_REPORT_DIR is set, writes the report after every case has run.
+package mediaqual_test
+
+//go:generate go run ./internal/casegen/gen
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"mediaqual/internal/casegen"
+	"mediaqual/models"
+	"mediaqual/models/spec"
+	"mediaqual/reports"
+)
+
+var (
+	mediaserveBin string // built by TestMain
+	rowsMu        sync.Mutex
+	rows          []reports.Row
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	dir, err := os.MkdirTemp("", "mediaqual-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	mediaserveBin = filepath.Join(dir, "mediaserve")
+	build := exec.Command("go", "build", "-o", mediaserveBin, "./cmd/mediaserve")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building mediaserve: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	if out := os.Getenv("MEDIAQUAL_REPORT_DIR"); out != "" && len(rows) > 0 {
+		paths, err := reports.WriteFiles(out, reports.Report{
+			Generated: time.Now(), Command: strings.Join(os.Args, " "), Rows: rows, Inventory: models.Inventory(),
+		})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "writing reports:", err)
+			code = 1
+		}
+		for _, p := range paths {
+			fmt.Println("report:", p)
+		}
+	}
+	os.Exit(code)
+}
+
+// needsGPUTag is what a GPU checkpoint's test does in a build without -tags gpu.
+func needsGPUTag(t *testing.T, id string) {
+	t.Skipf("%s runs on a GPU: go test -tags gpu -run '%s' . with %s", id, casegen.TestName(id), gpuEnvHelp)
+}
+
+const gpuEnvHelp = "MEDIAQUAL_BUNDLES=<dir holding the weight bundles> and MEDIAQUAL_GPUS=<CUDA device ids>"
+
+func record(row reports.Row) {
+	rowsMu.Lock()
+	defer rowsMu.Unlock()
+	rows = append(rows, row)
+}
+
+// TestGeneratedCasesAreCurrent fails when the inventory changed without `go generate`.
+func TestGeneratedCasesAreCurrent(t *testing.T) {
+	files, err := casegen.Files()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range files {
+		got, err := os.ReadFile(name)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("%s is stale against the inventory: run go generate .", name)
+		}
+	}
+}
+
+// qualification is one checkpoint's run: the row being filled and what stages hand on.
+type qualification struct {
+	t     *testing.T
+	entry spec.Entry
+	row   *reports.Row
+	ctx   context.Context
+	dir   string // this case's kept files: logs, artifacts, native outputs
+
+	native map[string]nativeResult // fixture key -> native path result
+	server *servedModel
+	jobs   []jobResult
+}
+
+func qualify(t *testing.T, id string) {
+	e, err := models.Lookup(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	q := &qualification{t: t, entry: e, ctx: context.Background(), native: map[string]nativeResult{}}
+	q.row = &reports.Row{
+		Checkpoint: e.ID, Family: e.Family, Workload: e.Workload, Profile: e.Profile, Label: reports.Label(e.Profile),
+		Revision: e.Revision, Precision: e.Precision, Status: e.Status, Note: e.Note, Outcome: reports.Passed,
+		Command: reproduce(e), Started: start, Hardware: hardware(),
+	}
+	if e.Status != spec.Excluded {
+		d := e.Defaults
+		q.row.Settings = &d
+	}
+	defer func() {
+		q.row.Duration = time.Since(start).Round(time.Millisecond).String()
+		if t.Failed() {
+			q.row.Outcome = reports.Failed
+		}
+		record(*q.row)
+	}()
+	q.dir = caseDir(t, e.ID)
+
+	if !q.stage("inventory", q.inventory) || e.Status == spec.Excluded {
+		if e.Status == spec.Excluded {
+			q.row.Outcome = reports.Excluded
+		}
+		return
+	}
+	if !q.stage("correctness", q.correctness) {
+		return
+	}
+	if !q.stage("serve", q.serve) {
+		return
+	}
+	q.stage("artifacts", q.artifacts)
+	q.stage("identity", q.identity)
+	if e.Workload == spec.ImageEdit {
+		q.stage("influence", q.influence)
+	}
+	q.stage("timing", q.timing)
+	q.stage("cleanup", q.cleanup)
+}
+
+// stage runs one subtest. A stage returns a one-line summary of what it established, or an
+// error naming the failed check; both go into the result row.
+func (q *qualification) stage(name string, fn func(t *testing.T) (string, error)) bool {
+	var msg string
+	ok := q.t.Run(name, func(t *testing.T) {
+		summary, err := fn(t)
+		if err != nil {
+			msg = err.Error()
+			t.Fatal(err)
+		}
+		msg = summary
+		if summary != "" {
+			t.Log(summary)
+		}
+	})
+	q.row.Stages = append(q.row.Stages, reports.Stage{Name: name, Passed: ok, Message: msg})
+	return ok
+}
+
+func reproduce(e spec.Entry) string {
+	tags := ""
+	if e.GPU != nil {
+		tags = "-tags gpu "
+		return fmt.Sprintf("%s go test %s-count=1 -run '^%s$' .", gpuEnvHelp, tags, casegen.TestName(e.ID))
+	}
+	return fmt.Sprintf("go test -count=1 -run '^%s$' .", casegen.TestName(e.ID))
+}
+
+// caseDir keeps a case's files under MEDIAQUAL_REPORT_DIR (so they survive a failure), or in
+// a temporary directory when no report is wanted.
+func caseDir(t *testing.T, id string) string {
+	root := os.Getenv("MEDIAQUAL_REPORT_DIR")
+	if root == "" {
+		return t.TempDir()
+	}
+	dir := filepath.Join(root, "cases", strings.NewReplacer("/", "_", " ", "_").Replace(id))
+	_ = os.RemoveAll(dir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func hardware() string {
+	cpu := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, "model name") {
+				cpu = strings.TrimSpace(line[strings.Index(line, ":")+1:])
+				break
+			}
+		}
+	}
+	hw := fmt.Sprintf("%s x%d (%s/%s)", cpu, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH)
+	if out, err := exec.Command("nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader").Output(); err == nil {
+		hw += "; GPUs: " + strings.Join(strings.Fields(strings.ReplaceAll(strings.TrimSpace(string(out)), "\n", " | ")), " ")
+	}
+	return hw
+}

@@ -1,0 +1,271 @@
+// Package reports turns qualification results into files people and CI read: results.json,
+// results.md (result rows plus the inventory table) and, through gotestsum, junit.xml. It
+// knows the shape of a result, not what any model is.
+package reports
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"mediaqual/models/spec"
+)
+
+// Outcomes of a row.
+const (
+	Passed   = "passed"
+	Failed   = "failed"
+	Excluded = "excluded"
+	NotRun   = "not run"
+)
+
+// Stage is one subtest's result.
+type Stage struct {
+	Name    string `json:"name"`
+	Passed  bool   `json:"passed"`
+	Message string `json:"message,omitempty"` // first failure, or what was established
+}
+
+// Timing holds figures over measured requests only (no warmup, load or start-up).
+type Timing struct {
+	Requests        int     `json:"requests"`
+	ClientP50MS     float64 `json:"client_p50_ms"`
+	ClientP95MS     float64 `json:"client_p95_ms"`
+	ClientMaxMS     float64 `json:"client_max_ms"`
+	TaskP50MS       float64 `json:"task_p50_ms"`
+	TaskP95MS       float64 `json:"task_p95_ms"`
+	OverheadP50MS   float64 `json:"overhead_p50_ms"` // client end-to-end − Task-call wall
+	PollIntervalMS  float64 `json:"poll_interval_ms,omitempty"`
+	ItemsPerSecond  float64 `json:"items_per_s"` // clips/s or images/s
+	FramesPerSecond float64 `json:"frames_per_s,omitempty"`
+	PeakMemoryMB    float64 `json:"peak_memory_mb"`
+	Source          string  `json:"source"` // where client latency came from
+}
+
+// Row is one checkpoint's result.
+type Row struct {
+	Checkpoint string            `json:"checkpoint"`
+	Family     string            `json:"family"`
+	Workload   spec.Capability   `json:"workload"`
+	Profile    string            `json:"profile"`
+	Label      string            `json:"label"` // what this row may be called: never more than was run
+	Revision   string            `json:"revision"`
+	Precision  string            `json:"precision"`
+	Status     spec.Status       `json:"inventory_status"`
+	Note       string            `json:"note,omitempty"`
+	Outcome    string            `json:"outcome"`
+	Gap        string            `json:"capability_gap,omitempty"`
+	Stages     []Stage           `json:"stages"`
+	Settings   *spec.Settings    `json:"settings,omitempty"`
+	Bundle     map[string]string `json:"bundle,omitempty"`  // what was served: path and digest
+	Dataset    map[string]string `json:"dataset,omitempty"` // fixture file -> sha256
+	Endpoint   string            `json:"endpoint,omitempty"`
+	Mode       string            `json:"mode,omitempty"`
+	Versions   map[string]string `json:"versions,omitempty"`
+	Hardware   string            `json:"hardware,omitempty"`
+	Counts     map[string]int    `json:"counts,omitempty"`
+	Timing     *Timing           `json:"timing,omitempty"`
+	Command    string            `json:"command"`
+	Started    time.Time         `json:"started"`
+	Duration   string            `json:"duration"`
+}
+
+// Label says what a row may be presented as, from its profile.
+func Label(profile string) string {
+	switch {
+	case strings.HasPrefix(profile, "reference"):
+		return "reference/L0 machinery check, not a model qualification"
+	case strings.Contains(profile, "L0-random"):
+		return "L0-random weights: mechanics and timing only, not quality"
+	case profile == "full":
+		return "model"
+	}
+	return profile
+}
+
+// Report is a whole run.
+type Report struct {
+	Generated time.Time    `json:"generated"`
+	Command   string       `json:"command"`
+	Rows      []Row        `json:"rows"`
+	Inventory []spec.Entry `json:"inventory"`
+}
+
+// WriteFiles writes results.json and results.md into dir and returns their paths.
+func WriteFiles(dir string, r Report) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	sort.SliceStable(r.Rows, func(i, j int) bool { return r.Rows[i].Checkpoint < r.Rows[j].Checkpoint })
+	js := filepath.Join(dir, "results.json")
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(js, append(b, '\n'), 0o644); err != nil {
+		return nil, err
+	}
+	md := filepath.Join(dir, "results.md")
+	f, err := os.Create(md)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if err := Markdown(f, r); err != nil {
+		return nil, err
+	}
+	return []string{js, md}, f.Close()
+}
+
+// Markdown renders the result rows, each row's details, and the inventory table.
+func Markdown(w io.Writer, r Report) error {
+	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
+	p("# mediaqual results\n\nGenerated %s by `%s`.\n\n", r.Generated.UTC().Format(time.RFC3339), r.Command)
+	p("| checkpoint | label | outcome | inventory status | stages | client p50/p95 ms | Task p50/p95 ms | overhead p50 ms | throughput |\n")
+	p("|---|---|---|---|---|---|---|---|---|\n")
+	for _, row := range r.Rows {
+		stages := make([]string, len(row.Stages))
+		for i, s := range row.Stages {
+			mark := "ok"
+			if !s.Passed {
+				mark = "FAIL"
+			}
+			stages[i] = s.Name + " " + mark
+		}
+		tm, thr := "—", "—"
+		task, over := "—", "—"
+		if t := row.Timing; t != nil && t.Requests > 0 {
+			tm = fmt.Sprintf("%.1f / %.1f", t.ClientP50MS, t.ClientP95MS)
+			task = fmt.Sprintf("%.1f / %.1f", t.TaskP50MS, t.TaskP95MS)
+			over = fmt.Sprintf("%.1f", t.OverheadP50MS)
+			thr = throughput(row.Workload, t)
+		}
+		outcome := row.Outcome
+		if row.Gap != "" {
+			outcome += " (gap: " + row.Gap + ")"
+		}
+		p("| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", row.Checkpoint, row.Label, outcome, row.Status,
+			strings.Join(stages, ", "), tm, task, over, thr)
+	}
+	for _, row := range r.Rows {
+		p("\n## %s\n\n", row.Checkpoint)
+		p("- label: %s\n- outcome: %s; inventory status: %s\n", row.Label, row.Outcome, row.Status)
+		if row.Note != "" {
+			p("- note: %s\n", row.Note)
+		}
+		if row.Settings != nil {
+			s := row.Settings
+			p("- settings: %s", s.Size)
+			if s.NumFrames > 0 {
+				p(", %d frames @ %d fps", s.NumFrames, s.FPS)
+			}
+			p(", %d steps, guidance %g, seed %d; precision %s; revision %s\n", s.Steps, s.Guidance, s.Seed, row.Precision, row.Revision)
+		}
+		for _, kv := range []struct {
+			name string
+			m    map[string]string
+		}{{"bundle", row.Bundle}, {"dataset", row.Dataset}, {"versions", row.Versions}} {
+			if len(kv.m) > 0 {
+				p("- %s: %s\n", kv.name, joinMap(kv.m))
+			}
+		}
+		if row.Endpoint != "" {
+			p("- endpoint: %s (%s)\n", row.Endpoint, row.Mode)
+		}
+		if row.Hardware != "" {
+			p("- hardware: %s\n", row.Hardware)
+		}
+		if len(row.Counts) > 0 {
+			keys := make([]string, 0, len(row.Counts))
+			for k := range row.Counts {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			parts := make([]string, len(keys))
+			for i, k := range keys {
+				parts[i] = fmt.Sprintf("%s %d", k, row.Counts[k])
+			}
+			p("- counts: %s\n", strings.Join(parts, ", "))
+		}
+		if t := row.Timing; t != nil && t.Requests > 0 {
+			p("- timing (%d measured requests, client latency from %s): client p50 %.1f / p95 %.1f / max %.1f ms; Task p50 %.1f / p95 %.1f ms; overhead p50 %.1f ms; poll every %.0f ms; %s; peak memory %.0f MB\n",
+				t.Requests, t.Source, t.ClientP50MS, t.ClientP95MS, t.ClientMaxMS, t.TaskP50MS, t.TaskP95MS, t.OverheadP50MS, t.PollIntervalMS, throughput(row.Workload, t), t.PeakMemoryMB)
+		}
+		for _, s := range row.Stages {
+			if s.Message != "" {
+				mark := "ok"
+				if !s.Passed {
+					mark = "FAILED"
+				}
+				p("- %s %s: %s\n", s.Name, mark, firstLine(s.Message))
+			}
+		}
+		p("- reproduce: `%s`\n", row.Command)
+	}
+	p("\n## Inventory\n\n")
+	InventoryTable(w, r.Inventory)
+	return nil
+}
+
+// InventoryTable renders every inventory row, whatever its state.
+func InventoryTable(w io.Writer, inv []spec.Entry) {
+	fmt.Fprintf(w, "| checkpoint | workload | family | profile | revision | precision | pinned settings | status | note |\n|---|---|---|---|---|---|---|---|---|\n")
+	for _, e := range inv {
+		settings := "—"
+		if e.Status != spec.Excluded {
+			d := e.Defaults
+			settings = fmt.Sprintf("%s, %d steps, guidance %g, seed %d", d.Size, d.Steps, d.Guidance, d.Seed)
+			if e.Workload == spec.TextToVideo {
+				settings = fmt.Sprintf("%s, %d frames @ %d fps, %d steps, guidance %g, seed %d", d.Size, d.NumFrames, d.FPS, d.Steps, d.Guidance, d.Seed)
+			}
+		}
+		rev := e.Revision
+		if rev == "" {
+			rev = "unpinned"
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", e.ID, e.Workload, e.Family, e.Profile, rev,
+			orDash(e.Precision), settings, e.Status, e.Note)
+		for _, v := range e.Variants {
+			fmt.Fprintf(w, "| ↳ variant %s of %s | | | | | | | %s | %s |\n", v.Name, e.ID, v.Status, v.Note)
+		}
+	}
+}
+
+func throughput(w spec.Capability, t *Timing) string {
+	if w == spec.TextToVideo {
+		return fmt.Sprintf("%.3f clips/s, %.2f frames/s", t.ItemsPerSecond, t.FramesPerSecond)
+	}
+	return fmt.Sprintf("%.3f images/s", t.ItemsPerSecond)
+}
+
+func joinMap(m map[string]string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + " " + m[k]
+	}
+	return strings.Join(parts, "; ")
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "—"
+	}
+	return s
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i] + " …"
+	}
+	return s
+}

@@ -1,0 +1,691 @@
+package mediaqual_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"image"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"mediaqual/fixtures"
+	"mediaqual/harness/check"
+	"mediaqual/harness/client"
+	"mediaqual/harness/launch"
+	"mediaqual/harness/media"
+	"mediaqual/models"
+	"mediaqual/models/spec"
+	"mediaqual/reports"
+)
+
+// pollEvery is the suite's stated polling cadence for video jobs.
+const pollEvery = 100 * time.Millisecond
+
+// workItem is one pinned input: the request fields and, for image_edit, the reference sent.
+type workItem struct {
+	key    string
+	fields map[string]string
+	ref    []byte
+}
+
+type nativeResult struct {
+	path, sha256, framesSHA256 string
+	decoded                    []string // digests of the decoded frames (or image)
+}
+
+type jobResult struct {
+	item      workItem
+	warmup    bool
+	requestID string
+	jobID     string
+	path      string
+	sha256    string
+	e2e       time.Duration
+	timing    client.Timing
+	peakMB    float64
+	polls     client.Polls
+	deleted   bool
+}
+
+type servedModel struct {
+	srv         *launch.Server
+	api         *client.Client
+	artifactDir string
+	ledgerPath  string
+}
+
+// items are the checkpoint's pinned inputs: its fixture set at its pinned settings.
+func (q *qualification) items() ([]workItem, error) {
+	e := q.entry
+	set, err := fixtures.Load(e.Fixtures)
+	if err != nil {
+		return nil, err
+	}
+	q.row.Dataset = map[string]string{}
+	for f, d := range set.Files {
+		q.row.Dataset[f] = d[:16]
+	}
+	var out []workItem
+	for i, p := range set.Prompts {
+		s := e.Defaults
+		s.Prompt = p.Text
+		out = append(out, workItem{key: fmt.Sprintf("prompt-%d", i), fields: s.Fields(e.Controls, e.Workload)})
+	}
+	for _, ed := range set.Edits {
+		s := e.Defaults
+		s.Prompt = ed.Instruction
+		ref, err := fixtures.Image(ed.Image, s.Size.W, s.Size.H)
+		if err != nil {
+			return nil, err
+		}
+		q.row.Dataset["sent:"+ed.Name] = digest(ref)[:16]
+		out = append(out, workItem{key: ed.Name, fields: s.Fields(e.Controls, e.Workload), ref: ref})
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("fixture set %s has no inputs for %s", e.Fixtures, e.Workload)
+	}
+	return out, nil
+}
+
+func (q *qualification) inventory(t *testing.T) (string, error) {
+	if p := q.entry.Problems(); len(p) > 0 {
+		return "", fmt.Errorf("check inventory-row: %s", strings.Join(p, "; "))
+	}
+	if q.entry.Status == spec.Excluded {
+		return q.entry.Note, nil
+	}
+	if q.entry.NewTask == nil && len(q.entry.Worker) == 0 {
+		return "", fmt.Errorf("check inventory-task: %s is %s and has no native Task to run (%s)", q.entry.ID, q.entry.Status, q.entry.Note)
+	}
+	return fmt.Sprintf("row complete; status %s; reconciled against /v1/models in serve", q.entry.Status), nil
+}
+
+// correctness runs the family's native path on every pinned input and applies the family's
+// criteria there, before any server is involved.
+func (q *qualification) correctness(t *testing.T) (string, error) {
+	items, err := q.items()
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.New()
+	bin, _ := os.ReadFile(mediaserveBin)
+	sum.Write(bin)
+	// The reference families are compiled into mediaserve, so the binary is the bundle.
+	q.row.Bundle = map[string]string{"served": "mediaserve " + q.entry.ID + "@" + q.entry.Revision, "sha256": hex.EncodeToString(sum.Sum(nil))[:16]}
+
+	goldens, update, err := loadGoldens(q.entry)
+	if err != nil {
+		return "", err
+	}
+	for _, it := range items {
+		n, err := q.runNative(t, it)
+		if err != nil {
+			return "", err
+		}
+		q.native[it.key] = n
+		if err := q.validate(t, n.path, it); err != nil {
+			return "", fmt.Errorf("native %s: %w", it.key, err)
+		}
+		if goldens != nil {
+			key := q.entry.ID + "/" + it.key
+			switch want, ok := goldens[key]; {
+			case update:
+				goldens[key] = n.framesSHA256
+			case !ok:
+				return "", fmt.Errorf("check golden: no golden for %s in %s; record with MEDIAQUAL_UPDATE_GOLDENS=1", key, q.entry.Goldens)
+			case want != n.framesSHA256:
+				return "", fmt.Errorf("check golden: %s frames %s, golden %s (refresh only with MEDIAQUAL_UPDATE_GOLDENS=1 after a deliberate change)", key, n.framesSHA256[:12], want[:12])
+			}
+		}
+	}
+	if update {
+		if err := saveGoldens(q.entry, goldens); err != nil {
+			return "", err
+		}
+	}
+	summary := fmt.Sprintf("%d native outputs valid under the family contract", len(items))
+	if goldens != nil {
+		summary += " and equal to the goldens"
+	}
+	return summary, nil
+}
+
+func (q *qualification) runNative(t *testing.T, it workItem) (nativeResult, error) {
+	dir := filepath.Join(q.dir, "native", it.key)
+	args := []string{"task", "-model", q.entry.ID, "-out", dir, "-capability", string(q.entry.Workload)}
+	for _, k := range sortedKeys(it.fields) {
+		args = append(args, "-set", k+"="+it.fields[k])
+	}
+	if it.ref != nil {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nativeResult{}, err
+		}
+		ref := filepath.Join(dir, "reference.png")
+		if err := os.WriteFile(ref, it.ref, 0o644); err != nil {
+			return nativeResult{}, err
+		}
+		args = append(args, "-reference", ref)
+	}
+	cmd := exec.CommandContext(q.ctx, mediaserveBin, args...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nativeResult{}, fmt.Errorf("native path %s: %v\n%s", it.key, err, out)
+	}
+	var rec struct {
+		Product struct {
+			Path         string `json:"path"`
+			SHA256       string `json:"sha256"`
+			FramesSHA256 string `json:"frames_sha256"`
+		} `json:"product"`
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "actual.json"))
+	if err == nil {
+		err = json.Unmarshal(b, &rec)
+	}
+	if err != nil {
+		return nativeResult{}, fmt.Errorf("native path %s: reading actual.json: %w", it.key, err)
+	}
+	n := nativeResult{path: rec.Product.Path, sha256: rec.Product.SHA256, framesSHA256: rec.Product.FramesSHA256}
+	if n.decoded, err = decodedDigests(q.ctx, n.path, q.entry.Workload); err != nil {
+		return n, err
+	}
+	return n, nil
+}
+
+// validate applies every artifact check to a file: container shape, decoded frames and the
+// family's validity contract.
+func (q *qualification) validate(t *testing.T, path string, it workItem) error {
+	e := q.entry
+	want := e.Defaults
+	if q.entry.Workload == spec.TextToVideo {
+		info, err := media.ReadMP4File(path)
+		if err != nil {
+			return &check.Failure{Check: "container", Detail: err.Error()}
+		}
+		if err := check.Clip(info, want); err != nil {
+			return err
+		}
+		p, err := media.FFprobe(q.ctx, path)
+		if err != nil {
+			return &check.Failure{Check: "decodable", Detail: err.Error()}
+		}
+		if err := check.Decoded(p, want); err != nil {
+			return err
+		}
+		frames, err := media.DecodeFrames(q.ctx, path)
+		if err != nil {
+			return &check.Failure{Check: "decodable", Detail: err.Error()}
+		}
+		if len(frames) != want.NumFrames {
+			return &check.Failure{Check: "decoded-frames", Detail: fmt.Sprintf("decoded %d frames, asked %d", len(frames), want.NumFrames)}
+		}
+		_, err = check.Motion(frames, *e.Video)
+		return err
+	}
+	out, err := media.DecodeImage(path)
+	if err != nil {
+		return &check.Failure{Check: "decodable", Detail: err.Error()}
+	}
+	ref, err := media.DecodeImageBytes(it.ref)
+	if err != nil {
+		return err
+	}
+	_, err = check.Edit(out, ref, want.Size, *e.Edit)
+	return err
+}
+
+func decodedDigests(ctx context.Context, path string, w spec.Capability) ([]string, error) {
+	if w == spec.TextToVideo {
+		frames, err := media.DecodeFrames(ctx, path)
+		if err != nil {
+			return nil, err
+		}
+		return media.FrameDigests(frames), nil
+	}
+	img, err := media.DecodeImage(path)
+	if err != nil {
+		return nil, err
+	}
+	return media.FrameDigests([]*image.RGBA{media.ToRGBA(img)}), nil
+}
+
+// serve launches mediaserve for this checkpoint, waits for readiness (load is not timed) and
+// reconciles what it declares with the inventory.
+func (q *qualification) serve(t *testing.T) (string, error) {
+	s := &servedModel{artifactDir: filepath.Join(q.dir, "artifacts"), ledgerPath: filepath.Join(q.dir, "ledger.jsonl")}
+	cfg := launch.Config{
+		Binary: mediaserveBin, URLFromStdout: true, Dir: q.dir, GPUs: os.Getenv("MEDIAQUAL_GPUS"),
+		Args: []string{"-port", "0", "-model", q.entry.ID, "-artifact-dir", s.artifactDir, "-ledger", s.ledgerPath},
+	}
+	srv, err := launch.Launch(cfg)
+	if err != nil {
+		return "", fmt.Errorf("check launch: %w", err)
+	}
+	q.t.Cleanup(func() { _ = srv.Stop() })
+	s.srv = srv
+	s.api = &client.Client{BaseURL: srv.URL, PollEvery: pollEvery}
+	q.server = s
+	q.row.Endpoint, q.row.Mode = srv.URL, "mediaserve (embedded), in-process reference family"
+	q.row.Versions = versions()
+
+	served, err := s.api.Models(q.ctx)
+	if err != nil {
+		return "", err
+	}
+	if err := reconcile(served, q.entry); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("ready at %s; /v1/models reconciles with the inventory", srv.URL), nil
+}
+
+// reconcile fails when the server declares a model or capability the inventory does not back.
+func reconcile(served []client.Model, e spec.Entry) error {
+	found := false
+	for _, m := range served {
+		inv, err := models.Lookup(m.ID)
+		if err != nil {
+			return fmt.Errorf("check reconcile: served model %s is not in the inventory", m.ID)
+		}
+		for _, c := range m.Capabilities {
+			if !inv.Has(spec.Capability(c)) {
+				return fmt.Errorf("check reconcile: %s declares %s, which its inventory row does not", m.ID, c)
+			}
+		}
+		if m.Revision != inv.Revision || m.Precision != inv.Precision || m.Profile != inv.Profile {
+			return fmt.Errorf("check reconcile: %s serves revision %q precision %q profile %q; inventory says %q %q %q",
+				m.ID, m.Revision, m.Precision, m.Profile, inv.Revision, inv.Precision, inv.Profile)
+		}
+		if m.ID == e.ID {
+			found = true
+			if !m.Has(string(e.Workload)) {
+				return fmt.Errorf("check reconcile: %s does not declare %s", m.ID, e.Workload)
+			}
+		}
+	}
+	if !found {
+		return fmt.Errorf("check reconcile: %s is not served", e.ID)
+	}
+	return nil
+}
+
+// artifacts sends every pinned input (after one warmup request) through HTTP, fetches each
+// artifact, and applies every artifact check; then it accounts for each job in the ledger.
+func (q *qualification) artifacts(t *testing.T) (string, error) {
+	if q.server == nil {
+		return "", errors.New("no server: the serve stage failed")
+	}
+	items, err := q.items()
+	if err != nil {
+		return "", err
+	}
+	runs := append([]workItem{items[0]}, items...) // the first is warmup
+	for i, it := range runs {
+		j, err := q.send(it, i == 0, fmt.Sprintf("%s-%s-%d", casePrefix(q.entry.ID), it.key, i))
+		if err != nil {
+			return "", err
+		}
+		q.jobs = append(q.jobs, j)
+		if err := q.validate(t, j.path, it); err != nil {
+			return "", fmt.Errorf("served %s (request %s): %w", it.key, j.requestID, err)
+		}
+	}
+	if err := q.accountInLedger(); err != nil {
+		return "", err
+	}
+	q.row.Counts = map[string]int{"requests": len(q.jobs), "warmup": 1, "measured": len(q.jobs) - 1, "artifacts_verified": len(q.jobs)}
+	return fmt.Sprintf("%d artifacts (1 warmup) fetched and verified; every job accounted for in the ledger", len(q.jobs)), nil
+}
+
+func (q *qualification) send(it workItem, warmup bool, requestID string) (jobResult, error) {
+	api := q.server.api
+	fields := map[string]string{"model": q.entry.ID}
+	for k, v := range it.fields {
+		fields[k] = v
+	}
+	j := jobResult{item: it, warmup: warmup, requestID: requestID}
+	start := time.Now()
+	var data []byte
+	if q.entry.Workload == spec.TextToVideo {
+		v, err := api.CreateVideo(q.ctx, fields, requestID)
+		if err != nil {
+			return j, err
+		}
+		j.jobID = v.ID
+		done, polls, err := api.WaitVideo(q.ctx, v.ID)
+		j.e2e, j.polls = time.Since(start), polls
+		if err != nil {
+			return j, err
+		}
+		if done.Status != client.StatusCompleted {
+			return j, fmt.Errorf("check job-completed: %s (request %s) ended %s: %+v", v.ID, requestID, done.Status, done.Error)
+		}
+		j.timing, j.peakMB, j.sha256 = done.Timing, done.PeakMemoryMB, done.SHA256
+		if data, _, err = api.Content(q.ctx, v.ID); err != nil {
+			return j, err
+		}
+	} else {
+		r, err := api.Edit(q.ctx, fields, it.ref, "reference.png", requestID)
+		j.e2e = time.Since(start)
+		if err != nil {
+			return j, err
+		}
+		j.jobID, j.timing, j.peakMB, j.sha256, data = r.ID, r.Timing, r.PeakMemoryMB, r.SHA256, r.PNG
+	}
+	if err := check.Digest("artifact-digest", digest(data), j.sha256); err != nil {
+		return j, err
+	}
+	j.path = filepath.Join(q.dir, "http", fmt.Sprintf("%s-%s%s", it.key, j.jobID, extension(q.entry.Workload)))
+	if err := os.MkdirAll(filepath.Dir(j.path), 0o755); err != nil {
+		return j, err
+	}
+	return j, os.WriteFile(j.path, data, 0o644)
+}
+
+type ledgerLine struct {
+	Event     string `json:"event"`
+	RequestID string `json:"request_id"`
+	JobID     string `json:"job_id"`
+	Status    string `json:"status"`
+	Output    *struct {
+		SHA256 string `json:"sha256"`
+	} `json:"output"`
+}
+
+func readLedger(path string) ([]ledgerLine, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []ledgerLine
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<24)
+	for sc.Scan() {
+		var l ledgerLine
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			return nil, fmt.Errorf("ledger %s: %w", path, err)
+		}
+		out = append(out, l)
+	}
+	return out, sc.Err()
+}
+
+// accountInLedger checks that each request maps to exactly one terminal job line with its job
+// id, and that the ledger's output digest is what was downloaded.
+func (q *qualification) accountInLedger() error {
+	lines, err := readLedger(q.server.ledgerPath)
+	if err != nil {
+		return err
+	}
+	for _, j := range q.jobs {
+		var match []ledgerLine
+		for _, l := range lines {
+			if l.Event == "job" && l.RequestID == j.requestID {
+				match = append(match, l)
+			}
+		}
+		switch {
+		case len(match) != 1:
+			return fmt.Errorf("check ledger-accounting: request %s has %d terminal job lines, want 1", j.requestID, len(match))
+		case match[0].JobID != j.jobID || match[0].Status != "completed":
+			return fmt.Errorf("check ledger-accounting: request %s: ledger says job %s %s, client saw %s completed", j.requestID, match[0].JobID, match[0].Status, j.jobID)
+		case match[0].Output == nil || match[0].Output.SHA256 != j.sha256:
+			return fmt.Errorf("check ledger-accounting: request %s: ledger output digest differs from the artifact", j.requestID)
+		}
+	}
+	return nil
+}
+
+// identity compares every served artifact with the native artifact for the same inputs.
+func (q *qualification) identity(t *testing.T) (string, error) {
+	if len(q.jobs) == 0 {
+		return "", errors.New("no served artifacts: the artifacts stage failed")
+	}
+	for _, j := range q.jobs {
+		n, ok := q.native[j.item.key]
+		if !ok {
+			return "", fmt.Errorf("no native result for %s", j.item.key)
+		}
+		served, err := decodedDigests(q.ctx, j.path, q.entry.Workload)
+		if err != nil {
+			return "", err
+		}
+		if err := check.Identity(j.sha256, n.sha256, served, n.decoded); err != nil {
+			return "", fmt.Errorf("%s (request %s): %w", j.item.key, j.requestID, err)
+		}
+	}
+	return fmt.Sprintf("%d served artifacts byte-identical to the native path, decoded frames equal", len(q.jobs)), nil
+}
+
+// influence is the reference-influence probe: the same instruction on two different pinned
+// references.
+func (q *qualification) influence(t *testing.T) (string, error) {
+	if q.server == nil {
+		return "", errors.New("no server: the serve stage failed")
+	}
+	items, err := q.items()
+	if err != nil {
+		return "", err
+	}
+	if len(items) < 2 {
+		return "", fmt.Errorf("the influence probe needs two references; fixture set has %d", len(items))
+	}
+	a, b := items[0], items[1]
+	b.fields = a.fields // same instruction and settings, other reference
+	ja, err := q.send(a, false, casePrefix(q.entry.ID)+"-influence-a")
+	if err != nil {
+		return "", err
+	}
+	jb, err := q.send(b, false, casePrefix(q.entry.ID)+"-influence-b")
+	if err != nil {
+		return "", err
+	}
+	imgs := make([]image.Image, 4)
+	for i, src := range [][]byte{mustRead(ja.path), mustRead(jb.path), a.ref, b.ref} {
+		if imgs[i], err = media.DecodeImageBytes(src); err != nil {
+			return "", err
+		}
+	}
+	gap, err := check.Influence(imgs[0], imgs[1], imgs[2], imgs[3])
+	switch {
+	case gap != "" && gap == q.entry.ExpectGap:
+		q.row.Gap = gap
+		return "capability gap detected as expected for this negative control: " + err.Error(), nil
+	case err != nil:
+		q.row.Gap = gap
+		return "", err
+	case q.entry.ExpectGap != "":
+		return "", fmt.Errorf("check influence-expected-gap: the probe did not find the expected gap %q", q.entry.ExpectGap)
+	}
+	return "outputs follow their references", nil
+}
+
+// timing sets client end-to-end latency against the server's Task-call wall over measured
+// requests only.
+func (q *qualification) timing(t *testing.T) (string, error) {
+	var client, task, over []float64
+	var frames int
+	var wall time.Duration
+	tm := &reports.Timing{Source: "suite client (AIPerf stage not yet wired)"}
+	for _, j := range q.jobs {
+		if j.warmup {
+			continue
+		}
+		client = append(client, ms(j.e2e))
+		task = append(task, j.timing.TaskCallWallMS)
+		over = append(over, ms(j.e2e)-j.timing.TaskCallWallMS)
+		wall += j.e2e
+		tm.PeakMemoryMB = max(tm.PeakMemoryMB, j.peakMB)
+		if q.entry.Workload == spec.TextToVideo {
+			frames += q.entry.Defaults.NumFrames
+			tm.PollIntervalMS = ms(j.polls.Every)
+		}
+	}
+	if len(client) == 0 {
+		return "", errors.New("no measured requests: the artifacts stage failed")
+	}
+	tm.Requests = len(client)
+	tm.ClientP50MS, tm.ClientP95MS, tm.ClientMaxMS = pct(client, 50), pct(client, 95), pct(client, 100)
+	tm.TaskP50MS, tm.TaskP95MS = pct(task, 50), pct(task, 95)
+	tm.OverheadP50MS = pct(over, 50)
+	tm.ItemsPerSecond = float64(len(client)) / wall.Seconds() // sequential requests
+	tm.FramesPerSecond = float64(frames) / wall.Seconds()
+	q.row.Timing = tm
+	q.t.Attr("client_p50_ms", fmt.Sprintf("%.1f", tm.ClientP50MS))
+	q.t.Attr("task_p50_ms", fmt.Sprintf("%.1f", tm.TaskP50MS))
+	q.t.Attr("overhead_p50_ms", fmt.Sprintf("%.1f", tm.OverheadP50MS))
+	q.t.Attr("items_per_s", fmt.Sprintf("%.3f", tm.ItemsPerSecond))
+	for _, d := range task {
+		if d <= 0 {
+			return "", errors.New("check task-wall: the server reported a zero Task-call wall")
+		}
+	}
+	return fmt.Sprintf("client p50 %.1f ms, Task p50 %.1f ms, overhead p50 %.1f ms over %d measured requests", tm.ClientP50MS, tm.TaskP50MS, tm.OverheadP50MS, tm.Requests), nil
+}
+
+// cleanup deletes every job and checks nothing is left: no artifact file, no job listed, and
+// a clean server exit.
+func (q *qualification) cleanup(t *testing.T) (string, error) {
+	if q.server == nil {
+		return "", errors.New("no server: the serve stage failed")
+	}
+	api := q.server.api
+	if q.entry.Workload == spec.TextToVideo {
+		for _, j := range q.jobs {
+			if err := api.DeleteVideo(q.ctx, j.jobID); err != nil {
+				return "", fmt.Errorf("check delete: %w", err)
+			}
+			if _, err := api.GetVideo(q.ctx, j.jobID); err == nil {
+				return "", fmt.Errorf("check delete: %s still answers after delete", j.jobID)
+			}
+		}
+	}
+	if left, err := listDir(q.server.artifactDir); err != nil || len(left) > 0 {
+		return "", fmt.Errorf("check no-leftover-files: %v %v", left, err)
+	}
+	if err := q.server.srv.Stop(); err != nil {
+		return "", fmt.Errorf("check clean-exit: %w\n%s", err, q.server.srv.LogTail(20))
+	}
+	if left, err := listDir(q.server.artifactDir); err != nil || len(left) > 0 {
+		return "", fmt.Errorf("check no-leftover-files after shutdown: %v %v", left, err)
+	}
+	return fmt.Sprintf("%d jobs deleted; no artifact left; clean exit", len(q.jobs)), nil
+}
+
+func listDir(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names, err
+}
+
+func versions() map[string]string {
+	v := map[string]string{"go": goVersion()}
+	if out, err := exec.Command("ffmpeg", "-version").Output(); err == nil {
+		v["ffmpeg"] = strings.TrimPrefix(strings.SplitN(string(out), " Copyright", 2)[0], "ffmpeg version ")
+	}
+	if b, err := os.ReadFile(mediaserveBin); err == nil {
+		v["mediaserve"] = digest(b)[:12]
+	}
+	return v
+}
+
+func goVersion() string {
+	out, err := exec.Command("go", "env", "GOVERSION").Output()
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func loadGoldens(e spec.Entry) (map[string]string, bool, error) {
+	if e.Goldens == "" {
+		return nil, false, nil
+	}
+	update := os.Getenv("MEDIAQUAL_UPDATE_GOLDENS") == "1"
+	g := map[string]string{}
+	b, err := os.ReadFile(e.Goldens)
+	switch {
+	case errors.Is(err, os.ErrNotExist) && update:
+	case err != nil:
+		return nil, false, fmt.Errorf("check golden: %w", err)
+	default:
+		if err := json.Unmarshal(b, &g); err != nil {
+			return nil, false, fmt.Errorf("check golden: %s: %w", e.Goldens, err)
+		}
+	}
+	return g, update, nil
+}
+
+// saveGoldens rewrites the golden file, keeping other checkpoints' entries.
+func saveGoldens(e spec.Entry, mine map[string]string) error {
+	all := map[string]string{}
+	if b, err := os.ReadFile(e.Goldens); err == nil {
+		_ = json.Unmarshal(b, &all)
+	}
+	for k, v := range mine {
+		all[k] = v
+	}
+	b, err := json.MarshalIndent(all, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(e.Goldens), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(e.Goldens, append(b, '\n'), 0o644)
+}
+
+func casePrefix(id string) string {
+	return strings.NewReplacer("/", "_", ".", "_").Replace(id)
+}
+
+func extension(w spec.Capability) string {
+	if w == spec.TextToVideo {
+		return ".mp4"
+	}
+	return ".png"
+}
+
+func digest(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+func mustRead(path string) []byte {
+	b, _ := os.ReadFile(path)
+	return b
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// pct is the nearest-rank percentile p of xs.
+func pct(xs []float64, p float64) float64 {
+	s := slices.Clone(xs)
+	sort.Float64s(s)
+	i := int(float64(len(s))*p/100+0.5) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
