@@ -3,7 +3,7 @@ GO      ?= go
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 BIN     := bin
 
-.PHONY: all test qualify build vet deps ffmpeg bench
+.PHONY: all test qualify build vet deps ffmpeg bench generate
 
 all: test
 
@@ -27,6 +27,19 @@ vet:
 
 test: deps vet
 	$(GO) test -count=1 ./...
+
+# The main job: qualify every checkpoint this machine can run (the embedded reference
+# families on a CPU) and write JUnit, JSON and Markdown results.
+REPORT_DIR ?= reports/out
+qualify: deps
+	@mkdir -p $(REPORT_DIR)
+	@status=0; MEDIAQUAL_REPORT_DIR=$(abspath $(REPORT_DIR)) $(GO) tool gotestsum --format testname \
+		--junitfile $(REPORT_DIR)/junit.xml -- -count=1 -timeout 30m . || status=$$?; \
+	echo; echo "results: $(REPORT_DIR)/results.md  $(REPORT_DIR)/results.json  $(REPORT_DIR)/junit.xml"; \
+	exit $$status
+
+generate:
+	$(GO) generate .
 
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchtime 200x ./server/

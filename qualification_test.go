@@ -1,7 +1,8 @@
 // The qualification suite. Every inventory row gets a generated top-level test (cases_*.go,
-// written by `go generate`) that calls qualify; each runs the stages of docs/QUALIFICATION.md as
+// written by `go generate`) that calls qualify; each runs the qualification stages as
 // subtests with stable names and records a result row. TestMain builds mediaserve once and,
 // when MEDIAQUAL_REPORT_DIR is set, writes the report after every case has run.
+// docs/QUALIFICATION.md describes the stages.
 package mediaqual_test
 
 //go:generate go run ./internal/casegen/gen
@@ -64,6 +65,12 @@ func TestMain(m *testing.M) {
 
 // needsGPUTag is what a GPU checkpoint's test does in a build without -tags gpu.
 func needsGPUTag(t *testing.T, id string) {
+	if e, err := models.Lookup(id); err == nil {
+		row := newRow(e)
+		row.Outcome = reports.NotRun
+		row.Note = "needs -tags gpu and a GPU host; " + e.Note
+		record(row)
+	}
 	t.Skipf("%s runs on a GPU: go test -tags gpu -run '%s' . with %s", id, casegen.TestName(id), gpuEnvHelp)
 }
 
@@ -109,19 +116,15 @@ func qualify(t *testing.T, id string) {
 	}
 	start := time.Now()
 	q := &qualification{t: t, entry: e, ctx: context.Background(), native: map[string]nativeResult{}}
-	q.row = &reports.Row{
-		Checkpoint: e.ID, Family: e.Family, Workload: e.Workload, Profile: e.Profile, Label: reports.Label(e.Profile),
-		Revision: e.Revision, Precision: e.Precision, Status: e.Status, Note: e.Note, Outcome: reports.Passed,
-		Command: reproduce(e), Started: start, Hardware: hardware(),
-	}
-	if e.Status != spec.Excluded {
-		d := e.Defaults
-		q.row.Settings = &d
-	}
+	row := newRow(e)
+	q.row = &row
 	defer func() {
 		q.row.Duration = time.Since(start).Round(time.Millisecond).String()
-		if t.Failed() {
+		switch {
+		case t.Failed():
 			q.row.Outcome = reports.Failed
+		case q.row.Gap != "":
+			q.row.Outcome = reports.GapDetected
 		}
 		record(*q.row)
 	}()
@@ -167,6 +170,19 @@ func (q *qualification) stage(name string, fn func(t *testing.T) (string, error)
 	return ok
 }
 
+func newRow(e spec.Entry) reports.Row {
+	row := reports.Row{
+		Checkpoint: e.ID, Family: e.Family, Workload: e.Workload, Profile: e.Profile, Label: reports.Label(e.Profile),
+		Revision: e.Revision, Precision: e.Precision, Status: e.Status, Note: e.Note, Outcome: reports.Passed,
+		Command: reproduce(e), Started: time.Now(), Hardware: hardware(),
+	}
+	if e.Status != spec.Excluded {
+		d := e.Defaults
+		row.Settings = &d
+	}
+	return row
+}
+
 func reproduce(e spec.Entry) string {
 	tags := ""
 	if e.GPU != nil {
@@ -206,4 +222,20 @@ func hardware() string {
 		hw += "; GPUs: " + strings.Join(strings.Fields(strings.ReplaceAll(strings.TrimSpace(string(out)), "\n", " | ")), " ")
 	}
 	return hw
+}
+
+// gpuPreCheck says exactly what a GPU run is missing, before anything starts.
+func gpuPreCheck(e spec.Entry) error {
+	root := os.Getenv("MEDIAQUAL_BUNDLES")
+	if root == "" {
+		return fmt.Errorf("check gpu-environment: %s needs its weights: set MEDIAQUAL_BUNDLES to the directory holding %s", e.ID, e.Bundle)
+	}
+	dir := filepath.Join(root, e.Bundle)
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return fmt.Errorf("check gpu-environment: no bundle for %s at %s (MEDIAQUAL_BUNDLES=%s); put the Hugging Face snapshot there", e.ID, dir, root)
+	}
+	if os.Getenv("MEDIAQUAL_GPUS") == "" {
+		return fmt.Errorf("check gpu-environment: set MEDIAQUAL_GPUS to the CUDA device ids for %s (needs %d GPU(s) with %d GB each)", e.ID, e.GPU.Count, e.GPU.MemoryGB)
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package mediaqual_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -100,6 +101,11 @@ func (q *qualification) items() ([]workItem, error) {
 func (q *qualification) inventory(t *testing.T) (string, error) {
 	if p := q.entry.Problems(); len(p) > 0 {
 		return "", fmt.Errorf("check inventory-row: %s", strings.Join(p, "; "))
+	}
+	if q.entry.GPU != nil {
+		if err := gpuPreCheck(q.entry); err != nil {
+			return "", err
+		}
 	}
 	if q.entry.Status == spec.Excluded {
 		return q.entry.Note, nil
@@ -410,6 +416,9 @@ func readLedger(path string) ([]ledgerLine, error) {
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<24)
 	for sc.Scan() {
+		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
+			continue
+		}
 		var l ledgerLine
 		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
 			return nil, fmt.Errorf("ledger %s: %w", path, err)

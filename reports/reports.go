@@ -22,6 +22,9 @@ const (
 	Failed   = "failed"
 	Excluded = "excluded"
 	NotRun   = "not run"
+	// GapDetected: every stage passed and the probe found the capability gap the inventory
+	// expects of this negative control.
+	GapDetected = "capability gap detected (expected)"
 )
 
 // Stage is one subtest's result.
@@ -147,7 +150,7 @@ func Markdown(w io.Writer, r Report) error {
 		}
 		outcome := row.Outcome
 		if row.Gap != "" {
-			outcome += " (gap: " + row.Gap + ")"
+			outcome += ": " + row.Gap
 		}
 		p("| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", row.Checkpoint, row.Label, outcome, row.Status,
 			strings.Join(stages, ", "), tm, task, over, thr)
@@ -193,8 +196,12 @@ func Markdown(w io.Writer, r Report) error {
 			p("- counts: %s\n", strings.Join(parts, ", "))
 		}
 		if t := row.Timing; t != nil && t.Requests > 0 {
-			p("- timing (%d measured requests, client latency from %s): client p50 %.1f / p95 %.1f / max %.1f ms; Task p50 %.1f / p95 %.1f ms; overhead p50 %.1f ms; poll every %.0f ms; %s; peak memory %.0f MB\n",
-				t.Requests, t.Source, t.ClientP50MS, t.ClientP95MS, t.ClientMaxMS, t.TaskP50MS, t.TaskP95MS, t.OverheadP50MS, t.PollIntervalMS, throughput(row.Workload, t), t.PeakMemoryMB)
+			poll := ""
+			if t.PollIntervalMS > 0 {
+				poll = fmt.Sprintf("; poll every %.0f ms", t.PollIntervalMS)
+			}
+			p("- timing (%d measured requests, client latency from %s): client p50 %.1f / p95 %.1f / max %.1f ms; Task p50 %.1f / p95 %.1f ms; overhead p50 %.1f ms%s; %s; peak memory %.0f MB\n",
+				t.Requests, t.Source, t.ClientP50MS, t.ClientP95MS, t.ClientMaxMS, t.TaskP50MS, t.TaskP95MS, t.OverheadP50MS, poll, throughput(row.Workload, t), t.PeakMemoryMB)
 		}
 		for _, s := range row.Stages {
 			if s.Message != "" {

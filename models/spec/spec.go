@@ -25,9 +25,19 @@ type Size struct{ W, H int }
 
 func (s Size) String() string { return fmt.Sprintf("%dx%d", s.W, s.H) }
 
-func (s Size) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+// MarshalText writes "WxH"; the zero Size (no size declared) is "".
+func (s Size) MarshalText() ([]byte, error) {
+	if s == (Size{}) {
+		return nil, nil
+	}
+	return []byte(s.String()), nil
+}
 
 func (s *Size) UnmarshalText(b []byte) error {
+	if len(b) == 0 {
+		*s = Size{}
+		return nil
+	}
 	v, err := ParseSize(string(b))
 	*s = v
 	return err

@@ -1,0 +1,63 @@
+package reports
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"mediaqual/models/spec"
+)
+
+func sample() Report {
+	return Report{
+		Generated: time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC), Command: "make qualify",
+		Rows: []Row{
+			{Checkpoint: "ref-t2v", Workload: spec.TextToVideo, Profile: "reference/L0", Label: Label("reference/L0"), Outcome: Passed,
+				Stages: []Stage{{Name: "artifacts", Passed: true, Message: "5 verified"}},
+				Timing: &Timing{Requests: 4, ClientP50MS: 300, TaskP50MS: 70, ItemsPerSecond: 3.3, FramesPerSecond: 56, PollIntervalMS: 100},
+				Command: "go test -run '^TestRef_t2v$' ."},
+			{Checkpoint: "Wan-AI/Wan2.1-T2V-1.3B", Workload: spec.TextToVideo, Profile: "full", Label: Label("full"), Outcome: NotRun, Status: spec.Planned},
+			{Checkpoint: "ref-t2i", Workload: spec.ImageEdit, Profile: "reference/L0", Outcome: GapDetected, Gap: spec.GapIgnoresReference,
+				Stages: []Stage{{Name: "influence", Passed: true}}},
+		},
+		Inventory: []spec.Entry{{Checkpoint: spec.Checkpoint{ID: "nvidia/Cosmos3-Nano", Family: "cosmos"}, Status: spec.Excluded, Note: "excluded: partial/L0 profile only",
+			Workload: spec.TextToVideo, Variants: nil}},
+	}
+}
+
+func TestMarkdownShowsRowsLabelsAndInventory(t *testing.T) {
+	var b bytes.Buffer
+	require.NoError(t, Markdown(&b, sample()))
+	md := b.String()
+	assert.Contains(t, md, "| ref-t2v | reference/L0 machinery check, not a model qualification | passed |")
+	assert.Contains(t, md, "| Wan-AI/Wan2.1-T2V-1.3B | model | not run | planned |")
+	assert.Contains(t, md, "capability gap detected (expected): "+spec.GapIgnoresReference)
+	assert.Contains(t, md, "3.300 clips/s, 56.00 frames/s")
+	assert.Contains(t, md, "poll every 100 ms")
+	assert.Contains(t, md, "| nvidia/Cosmos3-Nano | text_to_video | cosmos |")
+	assert.Contains(t, md, "reproduce: `go test -run '^TestRef_t2v$' .`")
+}
+
+func TestWriteFilesRoundTrips(t *testing.T) {
+	dir := t.TempDir()
+	paths, err := WriteFiles(dir, sample())
+	require.NoError(t, err)
+	require.Len(t, paths, 2)
+	b, err := os.ReadFile(paths[0])
+	require.NoError(t, err)
+	var back Report
+	require.NoError(t, json.Unmarshal(b, &back))
+	assert.Len(t, back.Rows, 3)
+	assert.Equal(t, "Wan-AI/Wan2.1-T2V-1.3B", back.Rows[0].Checkpoint, "rows are sorted")
+}
+
+func TestLabelNeverClaimsMore(t *testing.T) {
+	assert.Contains(t, Label("reference/L0"), "not a model qualification")
+	assert.Contains(t, Label("L0-random"), "not quality")
+	assert.Equal(t, "model", Label("full"))
+}
