@@ -18,8 +18,8 @@ func sample() Report {
 		Generated: time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC), Command: "make qualify",
 		Rows: []Row{
 			{Checkpoint: "ref-t2v", Workload: spec.TextToVideo, Profile: "reference/L0", Label: Label("reference/L0"), Outcome: Passed,
-				Stages: []Stage{{Name: "artifacts", Passed: true, Message: "5 verified"}},
-				Timing: &Timing{Requests: 4, ClientP50MS: 300, TaskP50MS: 70, ItemsPerSecond: 3.3, FramesPerSecond: 56, PollIntervalMS: 100},
+				Stages:  []Stage{{Name: "artifacts", Passed: true, Message: "5 verified"}},
+				Timing:  &Timing{Requests: 4, ClientP50MS: 300, TaskP50MS: 70, ItemsPerSecond: 3.3, FramesPerSecond: 56, PollIntervalMS: 100},
 				Command: "go test -run '^TestRef_t2v$' ."},
 			{Checkpoint: "Wan-AI/Wan2.1-T2V-1.3B", Workload: spec.TextToVideo, Profile: "full", Label: Label("full"), Outcome: NotRun, Status: spec.Planned},
 			{Checkpoint: "ref-t2i", Workload: spec.ImageEdit, Profile: "reference/L0", Outcome: GapDetected, Gap: spec.GapIgnoresReference,
