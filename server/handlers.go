@@ -85,17 +85,26 @@ func (s *Server) createVideo(w http.ResponseWriter, r *http.Request) {
 	info := newRequestInfo(r, route)
 	info.inputs["prompt_sha256"] = digest([]byte(settings.Prompt))
 	j := s.newJob("video_", ".mp4", spec.TextToVideo, l, spec.Request{Settings: settings}, info)
-	if e, wait := s.enqueue(j); e != nil {
-		if e.Code == "server_busy" {
-			w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(wait)))
-		}
-		s.reject(w, r, route, model, e)
+	if !s.admit(w, r, route, j) {
 		return
 	}
 	s.mu.Lock()
 	obj := s.videoObject(j)
 	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, obj)
+}
+
+// admit enqueues j or answers the refusal (429 with Retry-After when the lane is full).
+func (s *Server) admit(w http.ResponseWriter, r *http.Request, route string, j *job) bool {
+	e, wait := s.enqueue(j)
+	if e == nil {
+		return true
+	}
+	if e.Code == "server_busy" {
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(wait)))
+	}
+	s.reject(w, r, route, j.lane.model.Checkpoint.ID, e)
+	return false
 }
 
 // videoObject is the OpenAI video object plus what was produced and how long it took. Call
@@ -290,11 +299,7 @@ func (s *Server) createEdit(w http.ResponseWriter, r *http.Request) {
 	info.inputs["reference_sha256"] = digest(refBytes)
 	info.inputs["reference_size"] = refSize.String()
 	j := s.newJob("img_", ".png", spec.ImageEdit, l, spec.Request{Settings: settings, Reference: ref}, info)
-	if e, wait := s.enqueue(j); e != nil {
-		if e.Code == "server_busy" {
-			w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(wait)))
-		}
-		s.reject(w, r, route, model, e)
+	if !s.admit(w, r, route, j) {
 		return
 	}
 	select {

@@ -5,19 +5,17 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"mediaqual/internal/proctest"
 	"mediaqual/models/spec"
 	"mediaqual/server"
 	"mediaqual/server/worker"
@@ -81,26 +79,6 @@ func (wl workerLane) pids(t *testing.T, n int) []int {
 	return out
 }
 
-// processGone reports whether pid no longer runs (absent, or a zombie awaiting its reaper).
-func processGone(pid int) bool {
-	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-		return true
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return errors.Is(err, os.ErrNotExist)
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i >= 0 && i+2 < len(s) && (s[i+2] == 'Z' || s[i+2] == 'X')
-}
-
-func assertGone(t *testing.T, pid int) {
-	t.Helper()
-	assert.Eventually(t, func() bool { return processGone(pid) }, 3*time.Second, 10*time.Millisecond,
-		"worker process %d still running", pid)
-}
-
 func dirNames(t *testing.T, dir string) []string {
 	t.Helper()
 	entries, err := os.ReadDir(dir)
@@ -152,7 +130,7 @@ func TestWorkerCrashFailsJobAndLaneRecovers(t *testing.T) {
 	jerr := done["error"].(map[string]any)
 	assert.Equal(t, worker.CodeCrashed, jerr["code"])
 	assert.Contains(t, jerr["message"], strconv.Itoa(first[0]), "the message names the dead worker")
-	assertGone(t, first[0])
+	proctest.AssertGone(t, first[0], 3*time.Second)
 
 	r = e.postForm(t, "/v1/videos", map[string]string{"model": "wkr", "prompt": "a calm lake"})
 	require.Equal(t, 200, r.status, "%s", r.body)
@@ -204,7 +182,7 @@ func TestWorkerCrashFailsJobAndLaneRecovers(t *testing.T) {
 	assert.Empty(t, e.files(t), "artifact dir")
 	assert.Empty(t, dirNames(t, wl.scratch), "worker scratch dir")
 	for _, pid := range pids {
-		assertGone(t, pid)
+		proctest.AssertGone(t, pid, 3*time.Second)
 	}
 }
 
@@ -243,7 +221,7 @@ func TestReadyWaitsForWorker(t *testing.T) {
 	require.NoError(t, srv.Close())
 	assert.Equal(t, 503, httptestRecorder(h, "GET", "/ready").Code, "not ready after Close")
 	for _, pid := range pids {
-		assertGone(t, pid)
+		proctest.AssertGone(t, pid, 3*time.Second)
 	}
 	assert.Empty(t, dirNames(t, wl.scratch), "worker scratch dir")
 }

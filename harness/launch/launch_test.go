@@ -18,6 +18,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"mediaqual/internal/proctest"
 )
 
 // recorder is a testing.TB that records Fatalf and Errorf instead of failing the test, so the
@@ -67,21 +69,9 @@ func runRecorded(t *testing.T, fn func(tb testing.TB)) *recorder {
 	return r
 }
 
-// dead reports whether pid is gone or a zombie.
-func dead(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return true
-	}
-	// pid (comm) state ...; comm may hold spaces, so look after the last ')'.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || strings.HasPrefix(s[i+1:], " Z") || strings.HasPrefix(s[i+1:], " X")
-}
-
 func waitDead(t *testing.T, pid int, within time.Duration) {
 	t.Helper()
-	require.Eventually(t, func() bool { return dead(pid) }, within, 20*time.Millisecond, "pid %d still alive", pid)
+	require.Eventually(t, func() bool { return proctest.Gone(pid) }, within, 20*time.Millisecond, "pid %d still alive", pid)
 }
 
 func TestStartReadyFromStdout(t *testing.T) {
@@ -196,7 +186,7 @@ func TestStopKillsGroup(t *testing.T) {
 	s := Start(t, fakeConfig(t, "grandchild"))
 	gc, err := strconv.Atoi(get(t, s.URL+"/grandchild"))
 	require.NoError(t, err)
-	require.False(t, dead(gc))
+	require.False(t, proctest.Gone(gc))
 	// The grandchild does not handle SIGTERM, so the group's SIGTERM ends it with the server.
 	require.NoError(t, s.Stop())
 	waitDead(t, gc, 3*time.Second)

@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -19,6 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"mediaqual/internal/proctest"
 	"mediaqual/models/spec"
 	"mediaqual/server/worker/workertest"
 )
@@ -73,7 +73,7 @@ func newTask(t *testing.T, mode string, tweak ...func(*Config, *Task)) fixture {
 		assert.NoError(t, task.Close())
 		assertScratchEmpty(t, scratch)
 		if pid > 0 {
-			assertGone(t, pid)
+			proctest.AssertGone(t, pid, 3*time.Second)
 		}
 		if t.Failed() {
 			t.Logf("worker log:\n%s", logb)
@@ -103,23 +103,6 @@ func assertScratchEmpty(t *testing.T, dir string) {
 		names = append(names, e.Name())
 	}
 	assert.Empty(t, names, "scratch files left behind")
-}
-
-// processGone reports whether pid no longer runs (absent, or a zombie awaiting its reaper).
-func processGone(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return errors.Is(err, os.ErrNotExist)
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i >= 0 && i+2 < len(s) && (s[i+2] == 'Z' || s[i+2] == 'X')
-}
-
-func assertGone(t *testing.T, pid int) {
-	t.Helper()
-	assert.Eventually(t, func() bool { return processGone(pid) }, 3*time.Second, 10*time.Millisecond,
-		"process %d still running", pid)
 }
 
 func requireCode(t *testing.T, err error, code string) *spec.Error {
@@ -230,7 +213,7 @@ func TestCrashRestarts(t *testing.T) {
 	assert.Contains(t, se.Message, "exit status 3")
 	assert.Contains(t, se.Message, "boom: simulated segfault")
 	assertScratchEmpty(t, fx.scratch)
-	assertGone(t, oldPID)
+	proctest.AssertGone(t, oldPID, 3*time.Second)
 
 	out, err := fx.task.Run(ctx, videoReq("a calm lake", 2, 5, 4))
 	require.NoError(t, err)
@@ -250,7 +233,7 @@ func TestStdoutClosedMidJob(t *testing.T) {
 	se := requireCode(t, err, CodeCrashed)
 	assert.Contains(t, se.Message, "closing stdout and staying alive")
 	assert.Less(t, time.Since(start), 3*time.Second)
-	assertGone(t, oldPID) // killed, though it would have slept on
+	proctest.AssertGone(t, oldPID, 3*time.Second) // killed, though it would have slept on
 	assertScratchEmpty(t, fx.scratch)
 
 	out, err := fx.task.Run(ctx, videoReq("fine", 4, 1, 1))
@@ -269,7 +252,7 @@ func TestIdleCrashRestarts(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return fx.task.Restarts() == 1 && workerPID(fx.task) != oldPID
 	}, 3*time.Second, 5*time.Millisecond)
-	assertGone(t, oldPID)
+	proctest.AssertGone(t, oldPID, 3*time.Second)
 
 	out, err := fx.task.Run(ctx, videoReq("after an idle crash", 5, 1, 1))
 	require.NoError(t, err)
@@ -353,7 +336,7 @@ func TestCancelIgnoredKillsAfterGrace(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	assert.Less(t, time.Since(start), time.Second)
 	assertScratchEmpty(t, fx.scratch)
-	assertGone(t, oldPID)
+	proctest.AssertGone(t, oldPID, 3*time.Second)
 
 	out, err := fx.task.Run(context.Background(), videoReq("the next one", 7, 2, 1))
 	require.NoError(t, err)
@@ -375,7 +358,7 @@ func TestFatal(t *testing.T) {
 	err := fx.task.Load(context.Background())
 	se := requireCode(t, err, CodeFatal)
 	assert.Equal(t, "weights not found: /nonexistent/model.safetensors", se.Message)
-	assertGone(t, workerPID(fx.task))
+	proctest.AssertGone(t, workerPID(fx.task), 3*time.Second)
 
 	pid := workerPID(fx.task)
 	_, err = fx.task.Run(context.Background(), videoReq("x", 1, 1, 1))
@@ -390,7 +373,7 @@ func TestLoadTimeout(t *testing.T) {
 	err := fx.task.Load(context.Background())
 	requireCode(t, err, CodeLoadTimeout)
 	assert.Less(t, time.Since(start), 2*time.Second)
-	assertGone(t, workerPID(fx.task))
+	proctest.AssertGone(t, workerPID(fx.task), 3*time.Second)
 }
 
 func TestLoadContextCancelled(t *testing.T) {
@@ -399,7 +382,7 @@ func TestLoadContextCancelled(t *testing.T) {
 	defer cancel()
 	err := fx.task.Load(ctx)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
-	assertGone(t, workerPID(fx.task))
+	proctest.AssertGone(t, workerPID(fx.task), 3*time.Second)
 }
 
 func TestStartFailure(t *testing.T) {
@@ -433,11 +416,11 @@ func TestCloseKillsProcessGroup(t *testing.T) {
 	require.NoError(t, err)
 	child, err := strconv.Atoi(string(b))
 	require.NoError(t, err)
-	require.False(t, processGone(child), "the worker's child runs")
+	require.False(t, proctest.Gone(child), "the worker's child runs")
 
 	require.NoError(t, fx.task.Close())
-	assertGone(t, pid)
-	assertGone(t, child)
+	proctest.AssertGone(t, pid, 3*time.Second)
+	proctest.AssertGone(t, child, 3*time.Second)
 
 	_, err = fx.task.Run(context.Background(), videoReq("x", 1, 1, 1))
 	requireCode(t, err, CodeUnavailable)
@@ -454,7 +437,7 @@ func TestCloseKillsWorkerIgnoringStdin(t *testing.T) {
 	start := time.Now()
 	require.NoError(t, fx.task.Close())
 	assert.Less(t, time.Since(start), 3*time.Second)
-	assertGone(t, pid)
+	proctest.AssertGone(t, pid, 3*time.Second)
 }
 
 func TestConcurrentRunsAreSerialized(t *testing.T) {
