@@ -1,0 +1,19 @@
+package aiperf
+
+import (
+	"fmt"
+	"strings"
+
+	"mediaqual/harness/ledger"
+)
+
+// Account is the stage's verdict on a run: nil when every request completed and maps to
+// exactly one server job, otherwise an error naming each request that did not.
+func Account(reqs []Request, entries []ledger.Entry) error {
+	p := Problems(reqs, entries)
+	if len(p) == 0 {
+		return nil
+	}
+	return fmt.Errorf("check aiperf-accounting: %d of %d requests not accounted as completed (%s):\n  %s",
+		len(p), len(reqs), Summarize(reqs), strings.Join(p, "\n  "))
+}

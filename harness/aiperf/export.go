@@ -1,0 +1,152 @@
+package aiperf
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// Phases of a record.
+const (
+	Warmup    = "warmup"
+	Profiling = "profiling"
+)
+
+// ErrorDetails is a record's error as AIPerf writes it.
+type ErrorDetails struct {
+	Code    int    `json:"code"`
+	Type    string `json:"type"`
+	Message string `json:"message"`
+}
+
+func (e *ErrorDetails) String() string {
+	if e == nil {
+		return ""
+	}
+	return fmt.Sprintf("%d %s: %s", e.Code, e.Type, e.Message)
+}
+
+type metadata struct {
+	XRequestID     string `json:"x_request_id"`
+	XCorrelationID string `json:"x_correlation_id"`
+	Phase          string `json:"benchmark_phase"`
+	CreditIssuedNS int64  `json:"credit_issued_ns"`
+}
+
+type metric struct {
+	Value float64 `json:"value"`
+	Unit  string  `json:"unit"`
+}
+
+// Record is one line of profile_export.jsonl.
+type Record struct {
+	Meta    metadata          `json:"metadata"`
+	Metrics map[string]metric `json:"metrics"`
+	Error   *ErrorDetails     `json:"error"`
+}
+
+// LatencyMS is the client's end-to-end latency (submit to completed, without the download).
+func (r Record) LatencyMS() (float64, bool) {
+	m, ok := r.Metrics["request_latency"]
+	return m.Value, ok
+}
+
+// RawResponse is one response AIPerf kept: for video the submit answer and the final poll.
+type RawResponse struct {
+	PerfNS      int64  `json:"perf_ns"`
+	Text        string `json:"text"`
+	ContentType string `json:"content_type"`
+}
+
+// RawRecord is one line of profile_export_raw.jsonl.
+type RawRecord struct {
+	Meta      metadata       `json:"metadata"`
+	Status    int            `json:"status"`
+	Payload   map[string]any `json:"payload"`
+	Responses []RawResponse  `json:"responses"`
+	Error     *ErrorDetails  `json:"error"`
+}
+
+// Body decodes response i as JSON, or returns nil.
+func (r RawRecord) Body(i int) map[string]any {
+	if i < 0 || i >= len(r.Responses) {
+		return nil
+	}
+	var m map[string]any
+	if json.Unmarshal([]byte(r.Responses[i].Text), &m) != nil {
+		return nil
+	}
+	return m
+}
+
+// JobID is the server's id from the first response (the submit answer, or the edit's body).
+func (r RawRecord) JobID() string {
+	id, _ := r.Body(0)["id"].(string)
+	return id
+}
+
+// Summary is what the suite reads of profile_export_aiperf.json.
+type Summary struct {
+	Version      string `json:"aiperf_version"`
+	Schema       string `json:"schema_version"`
+	RequestCount struct {
+		Avg float64 `json:"avg"`
+	} `json:"request_count"`
+	ErrorSummary []struct {
+		Details ErrorDetails `json:"error_details"`
+		Count   int          `json:"count"`
+	} `json:"error_summary"`
+	WasCancelled bool `json:"was_cancelled"`
+}
+
+// Exports are the files of one run.
+type Exports struct {
+	Records []Record
+	Raw     []RawRecord
+	Summary Summary
+}
+
+// ReadExports reads a run's artifact directory.
+func ReadExports(dir string) (Exports, error) {
+	var x Exports
+	var err error
+	if x.Records, err = readJSONL[Record](filepath.Join(dir, "profile_export.jsonl")); err != nil {
+		return x, err
+	}
+	if x.Raw, err = readJSONL[RawRecord](filepath.Join(dir, "profile_export_raw.jsonl")); err != nil {
+		return x, err
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "profile_export_aiperf.json"))
+	if err != nil {
+		return x, err
+	}
+	if err := json.Unmarshal(b, &x.Summary); err != nil {
+		return x, fmt.Errorf("profile_export_aiperf.json: %w", err)
+	}
+	return x, nil
+}
+
+func readJSONL[T any](path string) ([]T, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []T
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<30) // raw records carry whole images
+	for n := 1; sc.Scan(); n++ {
+		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
+			continue
+		}
+		var v T
+		if err := json.Unmarshal(sc.Bytes(), &v); err != nil {
+			return nil, fmt.Errorf("%s line %d: %w", filepath.Base(path), n, err)
+		}
+		out = append(out, v)
+	}
+	return out, sc.Err()
+}

@@ -1,0 +1,121 @@
+package aiperf
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Endpoint types this suite drives.
+const (
+	VideoGeneration = "video_generation"
+	ImageEdit       = "image_edit"
+)
+
+// Run is one AIPerf profile: what to send, how much, and where the exports go.
+type Run struct {
+	Model       string
+	URL         string
+	Endpoint    string // VideoGeneration or ImageEdit
+	Tokenizer   string // a local tokenizer directory: nothing is fetched from a hub
+	InputFile   string // single_turn JSONL
+	Extra       [][2]string
+	Warmup      int
+	Requests    int
+	Concurrency int
+	ArtifactDir string
+	// PollInterval is AIPERF_HTTP_VIDEO_POLL_INTERVAL, stated rather than left to a default.
+	PollInterval   time.Duration
+	RequestTimeout time.Duration
+	APIKey         string
+}
+
+// Args is the argv after the aiperf binary.
+func (r Run) Args() []string {
+	a := []string{"profile", "--model", r.Model, "--url", r.URL, "--endpoint-type", r.Endpoint,
+		"--tokenizer", r.Tokenizer, "--input-file", r.InputFile, "--custom-dataset-type", "single_turn"}
+	for _, kv := range r.Extra {
+		a = append(a, "--extra-inputs", kv[0]+":"+kv[1])
+	}
+	if r.Endpoint == VideoGeneration {
+		a = append(a, "--download-video-content")
+	}
+	if r.Warmup > 0 { // AIPerf rejects an explicit 0
+		a = append(a, "--warmup-request-count", strconv.Itoa(r.Warmup))
+	}
+	a = append(a,
+		"--request-count", strconv.Itoa(r.Requests),
+		"--concurrency", strconv.Itoa(max(1, r.Concurrency)),
+		"--export-level", "raw", "--artifact-dir", r.ArtifactDir,
+		// Loopback, no metrics endpoint, no GPU telemetry: nothing leaves the machine.
+		"--no-server-metrics", "--no-gpu-telemetry", "--ui-type", "none")
+	if r.RequestTimeout > 0 {
+		a = append(a, "--request-timeout-seconds", strconv.FormatFloat(r.RequestTimeout.Seconds(), 'f', -1, 64))
+	}
+	if r.APIKey != "" {
+		a = append(a, "--api-key", r.APIKey)
+	}
+	return a
+}
+
+// Environ is the environment AIPerf runs with on top of the caller's.
+func (r Run) Environ() []string {
+	env := []string{
+		// HF_HUB_OFFLINE must stay unset: in 0.13.0 it makes a local tokenizer path fail
+		// (docs/AIPERF.md); a local path never reaches the hub anyway.
+		"HF_HUB_DISABLE_TELEMETRY=1",
+	}
+	if r.Endpoint == VideoGeneration {
+		env = append(env, "AIPERF_HTTP_VIDEO_POLL_INTERVAL="+strconv.FormatFloat(r.PollInterval.Seconds(), 'f', -1, 64))
+	}
+	return env
+}
+
+// CommandLine is the exact command, as a user would paste it (the API key redacted).
+func (r Run) CommandLine(binary string) string {
+	parts := append([]string{}, r.Environ()...)
+	parts = append(parts, binary)
+	for _, a := range r.Args() {
+		if a == r.APIKey && a != "" {
+			a = "<key>"
+		}
+		parts = append(parts, shellQuote(a))
+	}
+	return strings.Join(parts, " ")
+}
+
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(c rune) bool {
+		return !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("-_./:=@,+", c))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// Exec runs the profile. AIPerf's console output goes to aiperf.console.log in the artifact
+// directory; a failure quotes its tail.
+func (e Env) Exec(ctx context.Context, r Run) error {
+	if err := os.MkdirAll(r.ArtifactDir, 0o755); err != nil {
+		return err
+	}
+	logPath := filepath.Join(r.ArtifactDir, "aiperf.console.log")
+	log, err := os.Create(logPath)
+	if err != nil {
+		return err
+	}
+	defer log.Close()
+	cmd := exec.CommandContext(ctx, e.Binary, r.Args()...)
+	cmd.Env = append(os.Environ(), r.Environ()...)
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Run(); err != nil {
+		b, _ := os.ReadFile(logPath)
+		return fmt.Errorf("aiperf: %v\n%s", err, tail(string(b), 3000))
+	}
+	return nil
+}
