@@ -3,7 +3,7 @@ GO      ?= go
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 BIN     := bin
 
-.PHONY: all test qualify build vet deps ffmpeg bench generate
+.PHONY: all test qualify build vet deps ffmpeg aiperf bench generate
 
 all: test
 
@@ -15,7 +15,13 @@ ffmpeg:
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends ffmpeg; \
 	fi
 
-deps: ffmpeg
+# The published AIPerf, pinned, in a virtualenv under .cache (MEDIAQUAL_AIPERF_VENV overrides).
+aiperf:
+	@python3 -c 'import venv, ensurepip' 2>/dev/null || { echo "installing Debian python3-venv"; \
+		$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv; }
+	$(GO) run ./internal/aiperfinstall
+
+deps: ffmpeg aiperf
 	$(GO) mod download
 
 build:

@@ -104,9 +104,11 @@ type qualification struct {
 	ctx   context.Context
 	dir   string // this case's kept files: logs, artifacts, native outputs
 
-	native map[string]nativeResult // fixture key -> native path result
-	server *servedModel
-	jobs   []jobResult
+	native    map[string]nativeResult // fixture key -> native path result
+	server    *servedModel
+	served    []servedRequest // the AIPerf run's requests
+	probeJobs []string        // video jobs the suite's own probes created
+	pollMS    float64
 }
 
 func qualify(t *testing.T, id string) {
@@ -142,6 +144,7 @@ func qualify(t *testing.T, id string) {
 	if !q.stage("serve", q.serve) {
 		return
 	}
+	q.stage("aiperf", q.aiperfStage)
 	q.stage("artifacts", q.artifacts)
 	q.stage("identity", q.identity)
 	if e.Workload == spec.ImageEdit {

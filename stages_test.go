@@ -1,8 +1,6 @@
 package mediaqual_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -20,9 +18,11 @@ import (
 	"time"
 
 	"mediaqual/fixtures"
+	"mediaqual/harness/aiperf"
 	"mediaqual/harness/check"
 	"mediaqual/harness/client"
 	"mediaqual/harness/launch"
+	"mediaqual/harness/ledger"
 	"mediaqual/harness/media"
 	"mediaqual/models"
 	"mediaqual/models/spec"
@@ -42,20 +42,6 @@ type workItem struct {
 type nativeResult struct {
 	path, sha256, framesSHA256 string
 	decoded                    []string // digests of the decoded frames (or image)
-}
-
-type jobResult struct {
-	item      workItem
-	warmup    bool
-	requestID string
-	jobID     string
-	path      string
-	sha256    string
-	e2e       time.Duration
-	timing    client.Timing
-	peakMB    float64
-	polls     client.Polls
-	deleted   bool
 }
 
 type servedModel struct {
@@ -323,156 +309,112 @@ func reconcile(served []client.Model, e spec.Entry) error {
 	return nil
 }
 
-// artifacts sends every pinned input (after one warmup request) through HTTP, fetches each
-// artifact, and applies every artifact check; then it accounts for each job in the ledger.
+// artifacts fetches the artifact of every request of the AIPerf run (AIPerf throws videos
+// away), checks it against what the server declared, and applies every artifact check.
 func (q *qualification) artifacts(t *testing.T) (string, error) {
-	if q.server == nil {
-		return "", errors.New("no server: the serve stage failed")
+	if len(q.served) == 0 {
+		return "", errors.New("no AIPerf requests to check: the aiperf stage failed")
 	}
-	items, err := q.items()
+	entries, err := ledger.Read(q.server.ledgerPath)
 	if err != nil {
 		return "", err
 	}
-	runs := append([]workItem{items[0]}, items...) // the first is warmup
-	for i, it := range runs {
-		j, err := q.send(it, i == 0, fmt.Sprintf("%s-%s-%d", casePrefix(q.entry.ID), it.key, i))
-		if err != nil {
+	for i := range q.served {
+		s := &q.served[i]
+		var data []byte
+		if q.entry.Workload == spec.TextToVideo {
+			if data, _, err = q.server.api.Content(q.ctx, s.jobID); err != nil {
+				return "", fmt.Errorf("request %s: %w", s.requestID, err)
+			}
+		} else if data, err = editImage(s.raw); err != nil {
+			return "", fmt.Errorf("request %s: %w", s.requestID, err)
+		}
+		s.sha256 = digest(data)
+		line := ledger.Terminal(entries, s.requestID)
+		if len(line) != 1 || line[0].Output == nil {
+			return "", fmt.Errorf("check ledger-digest: request %s has no single completed ledger line", s.requestID)
+		}
+		if err := check.Digest("ledger-digest", s.sha256, line[0].Output.SHA256); err != nil {
+			return "", fmt.Errorf("request %s (job %s): %w", s.requestID, s.jobID, err)
+		}
+		s.path = filepath.Join(q.dir, "http", fmt.Sprintf("%s-%s%s", s.item.key, s.jobID, extension(q.entry.Workload)))
+		if err := os.MkdirAll(filepath.Dir(s.path), 0o755); err != nil {
 			return "", err
 		}
-		q.jobs = append(q.jobs, j)
-		if err := q.validate(t, j.path, it); err != nil {
-			return "", fmt.Errorf("served %s (request %s): %w", it.key, j.requestID, err)
+		if err := os.WriteFile(s.path, data, 0o644); err != nil {
+			return "", err
+		}
+		if err := q.validate(t, s.path, s.item); err != nil {
+			return "", fmt.Errorf("served %s (request %s, job %s): %w", s.item.key, s.requestID, s.jobID, err)
 		}
 	}
-	if err := q.accountInLedger(); err != nil {
-		return "", err
-	}
-	q.row.Counts = map[string]int{"requests": len(q.jobs), "warmup": 1, "measured": len(q.jobs) - 1, "artifacts_verified": len(q.jobs)}
-	return fmt.Sprintf("%d artifacts (1 warmup) fetched and verified; every job accounted for in the ledger", len(q.jobs)), nil
+	q.row.Counts["artifacts_verified"] = len(q.served)
+	return fmt.Sprintf("%d artifacts of the AIPerf run fetched, matched to the ledger's digests and verified", len(q.served)), nil
 }
 
-func (q *qualification) send(it workItem, warmup bool, requestID string) (jobResult, error) {
+// send is the suite's own request (for probes, not load): one job through the client,
+// waited for, its artifact fetched and checked against the declared digest.
+func (q *qualification) send(it workItem, requestID string) (string, error) {
 	api := q.server.api
 	fields := map[string]string{"model": q.entry.ID}
 	for k, v := range it.fields {
 		fields[k] = v
 	}
-	j := jobResult{item: it, warmup: warmup, requestID: requestID}
-	start := time.Now()
 	var data []byte
+	var declared string
 	if q.entry.Workload == spec.TextToVideo {
 		v, err := api.CreateVideo(q.ctx, fields, requestID)
 		if err != nil {
-			return j, err
+			return "", err
 		}
-		j.jobID = v.ID
-		done, polls, err := api.WaitVideo(q.ctx, v.ID)
-		j.e2e, j.polls = time.Since(start), polls
+		done, _, err := api.WaitVideo(q.ctx, v.ID)
 		if err != nil {
-			return j, err
+			return "", err
 		}
 		if done.Status != client.StatusCompleted {
-			return j, fmt.Errorf("check job-completed: %s (request %s) ended %s: %+v", v.ID, requestID, done.Status, done.Error)
+			return "", fmt.Errorf("check job-completed: %s (request %s) ended %s: %+v", v.ID, requestID, done.Status, done.Error)
 		}
-		j.timing, j.peakMB, j.sha256 = done.Timing, done.PeakMemoryMB, done.SHA256
 		if data, _, err = api.Content(q.ctx, v.ID); err != nil {
-			return j, err
+			return "", err
 		}
+		declared = done.SHA256
+		q.probeJobs = append(q.probeJobs, v.ID)
 	} else {
 		r, err := api.Edit(q.ctx, fields, it.ref, "reference.png", requestID)
-		j.e2e = time.Since(start)
 		if err != nil {
-			return j, err
+			return "", err
 		}
-		j.jobID, j.timing, j.peakMB, j.sha256, data = r.ID, r.Timing, r.PeakMemoryMB, r.SHA256, r.PNG
+		data, declared = r.PNG, r.SHA256
 	}
-	if err := check.Digest("artifact-digest", digest(data), j.sha256); err != nil {
-		return j, err
+	if err := check.Digest("artifact-digest", digest(data), declared); err != nil {
+		return "", err
 	}
-	j.path = filepath.Join(q.dir, "http", fmt.Sprintf("%s-%s%s", it.key, j.jobID, extension(q.entry.Workload)))
-	if err := os.MkdirAll(filepath.Dir(j.path), 0o755); err != nil {
-		return j, err
+	path := filepath.Join(q.dir, "probe", requestID+extension(q.entry.Workload))
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return "", err
 	}
-	return j, os.WriteFile(j.path, data, 0o644)
-}
-
-type ledgerLine struct {
-	Event     string `json:"event"`
-	RequestID string `json:"request_id"`
-	JobID     string `json:"job_id"`
-	Status    string `json:"status"`
-	Output    *struct {
-		SHA256 string `json:"sha256"`
-	} `json:"output"`
-}
-
-func readLedger(path string) ([]ledgerLine, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var out []ledgerLine
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<24)
-	for sc.Scan() {
-		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
-			continue
-		}
-		var l ledgerLine
-		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-			return nil, fmt.Errorf("ledger %s: %w", path, err)
-		}
-		out = append(out, l)
-	}
-	return out, sc.Err()
-}
-
-// accountInLedger checks that each request maps to exactly one terminal job line with its job
-// id, and that the ledger's output digest is what was downloaded.
-func (q *qualification) accountInLedger() error {
-	lines, err := readLedger(q.server.ledgerPath)
-	if err != nil {
-		return err
-	}
-	for _, j := range q.jobs {
-		var match []ledgerLine
-		for _, l := range lines {
-			if l.Event == "job" && l.RequestID == j.requestID {
-				match = append(match, l)
-			}
-		}
-		switch {
-		case len(match) != 1:
-			return fmt.Errorf("check ledger-accounting: request %s has %d terminal job lines, want 1", j.requestID, len(match))
-		case match[0].JobID != j.jobID || match[0].Status != "completed":
-			return fmt.Errorf("check ledger-accounting: request %s: ledger says job %s %s, client saw %s completed", j.requestID, match[0].JobID, match[0].Status, j.jobID)
-		case match[0].Output == nil || match[0].Output.SHA256 != j.sha256:
-			return fmt.Errorf("check ledger-accounting: request %s: ledger output digest differs from the artifact", j.requestID)
-		}
-	}
-	return nil
+	return path, os.WriteFile(path, data, 0o644)
 }
 
 // identity compares every served artifact with the native artifact for the same inputs.
 func (q *qualification) identity(t *testing.T) (string, error) {
-	if len(q.jobs) == 0 {
+	if len(q.served) == 0 || q.served[0].path == "" {
 		return "", errors.New("no served artifacts: the artifacts stage failed")
 	}
-	for _, j := range q.jobs {
-		n, ok := q.native[j.item.key]
+	for _, s := range q.served {
+		n, ok := q.native[s.item.key]
 		if !ok {
-			return "", fmt.Errorf("no native result for %s", j.item.key)
+			return "", fmt.Errorf("no native result for %s", s.item.key)
 		}
-		served, err := decodedDigests(q.ctx, j.path, q.entry.Workload)
+		got, err := decodedDigests(q.ctx, s.path, q.entry.Workload)
 		if err != nil {
 			return "", err
 		}
-		if err := check.Identity(j.sha256, n.sha256, served, n.decoded); err != nil {
-			return "", fmt.Errorf("%s (request %s): %w", j.item.key, j.requestID, err)
+		if err := check.Identity(s.sha256, n.sha256, got, n.decoded); err != nil {
+			return "", fmt.Errorf("%s (request %s): %w", s.item.key, s.requestID, err)
 		}
 	}
-	return fmt.Sprintf("%d served artifacts byte-identical to the native path, decoded frames equal", len(q.jobs)), nil
+	return fmt.Sprintf("%d served artifacts byte-identical to the native path, decoded frames equal", len(q.served)), nil
 }
 
 // influence is the reference-influence probe: the same instruction on two different pinned
@@ -490,16 +432,16 @@ func (q *qualification) influence(t *testing.T) (string, error) {
 	}
 	a, b := items[0], items[1]
 	b.fields = a.fields // same instruction and settings, other reference
-	ja, err := q.send(a, false, casePrefix(q.entry.ID)+"-influence-a")
+	pa, err := q.send(a, casePrefix(q.entry.ID)+"-influence-a")
 	if err != nil {
 		return "", err
 	}
-	jb, err := q.send(b, false, casePrefix(q.entry.ID)+"-influence-b")
+	pb, err := q.send(b, casePrefix(q.entry.ID)+"-influence-b")
 	if err != nil {
 		return "", err
 	}
 	imgs := make([]image.Image, 4)
-	for i, src := range [][]byte{mustRead(ja.path), mustRead(jb.path), a.ref, b.ref} {
+	for i, src := range [][]byte{mustRead(pa), mustRead(pb), a.ref, b.ref} {
 		if imgs[i], err = media.DecodeImageBytes(src); err != nil {
 			return "", err
 		}
@@ -518,64 +460,71 @@ func (q *qualification) influence(t *testing.T) (string, error) {
 	return "outputs follow their references", nil
 }
 
-// timing sets client end-to-end latency against the server's Task-call wall over measured
-// requests only.
+// timing sets AIPerf's client end-to-end latency against the server's Task-call wall, per
+// request joined on X-Request-ID, over measured requests only (warmup, load and start-up are
+// outside).
 func (q *qualification) timing(t *testing.T) (string, error) {
-	var client, task, over []float64
-	var frames int
-	var wall time.Duration
-	tm := &reports.Timing{Source: "suite client (AIPerf stage not yet wired)"}
-	for _, j := range q.jobs {
-		if j.warmup {
+	var lat, task, over []float64
+	var first, last int64
+	frames := 0
+	tm := &reports.Timing{Source: "AIPerf " + aiperf.Version + " request_latency", PollIntervalMS: q.pollMS}
+	for _, s := range q.served {
+		if s.warmup {
 			continue
 		}
-		client = append(client, ms(j.e2e))
-		task = append(task, j.timing.TaskCallWallMS)
-		over = append(over, ms(j.e2e)-j.timing.TaskCallWallMS)
-		wall += j.e2e
-		tm.PeakMemoryMB = max(tm.PeakMemoryMB, j.peakMB)
-		if q.entry.Workload == spec.TextToVideo {
-			frames += q.entry.Defaults.NumFrames
-			tm.PollIntervalMS = ms(j.polls.Every)
+		if s.taskMS <= 0 {
+			return "", fmt.Errorf("check task-wall: request %s: the server reported no Task-call wall", s.requestID)
 		}
+		lat = append(lat, s.latencyMS)
+		task = append(task, s.taskMS)
+		over = append(over, s.latencyMS-s.taskMS)
+		tm.PeakMemoryMB = max(tm.PeakMemoryMB, s.peakMB)
+		end := s.creditNS + int64(s.latencyMS*1e6)
+		if first == 0 || s.creditNS < first {
+			first = s.creditNS
+		}
+		last = max(last, end)
+		frames += q.entry.Defaults.NumFrames
 	}
-	if len(client) == 0 {
-		return "", errors.New("no measured requests: the artifacts stage failed")
+	if len(lat) == 0 {
+		return "", errors.New("no measured requests: the aiperf stage failed")
 	}
-	tm.Requests = len(client)
-	tm.ClientP50MS, tm.ClientP95MS, tm.ClientMaxMS = pct(client, 50), pct(client, 95), pct(client, 100)
+	window := time.Duration(last - first).Seconds()
+	tm.Requests = len(lat)
+	tm.ClientP50MS, tm.ClientP95MS, tm.ClientMaxMS = pct(lat, 50), pct(lat, 95), pct(lat, 100)
 	tm.TaskP50MS, tm.TaskP95MS = pct(task, 50), pct(task, 95)
 	tm.OverheadP50MS = pct(over, 50)
-	tm.ItemsPerSecond = float64(len(client)) / wall.Seconds() // sequential requests
-	tm.FramesPerSecond = float64(frames) / wall.Seconds()
+	tm.ItemsPerSecond = float64(len(lat)) / window // from the first send to the last completion
+	if q.entry.Workload == spec.TextToVideo {
+		tm.FramesPerSecond = float64(frames) / window
+	}
 	q.row.Timing = tm
 	q.t.Attr("client_p50_ms", fmt.Sprintf("%.1f", tm.ClientP50MS))
 	q.t.Attr("task_p50_ms", fmt.Sprintf("%.1f", tm.TaskP50MS))
 	q.t.Attr("overhead_p50_ms", fmt.Sprintf("%.1f", tm.OverheadP50MS))
 	q.t.Attr("items_per_s", fmt.Sprintf("%.3f", tm.ItemsPerSecond))
-	for _, d := range task {
-		if d <= 0 {
-			return "", errors.New("check task-wall: the server reported a zero Task-call wall")
-		}
-	}
 	return fmt.Sprintf("client p50 %.1f ms, Task p50 %.1f ms, overhead p50 %.1f ms over %d measured requests", tm.ClientP50MS, tm.TaskP50MS, tm.OverheadP50MS, tm.Requests), nil
 }
 
-// cleanup deletes every job and checks nothing is left: no artifact file, no job listed, and
-// a clean server exit.
+// cleanup deletes every job and checks nothing is left: no artifact file, no job answering,
+// and a clean server exit.
 func (q *qualification) cleanup(t *testing.T) (string, error) {
 	if q.server == nil {
 		return "", errors.New("no server: the serve stage failed")
 	}
 	api := q.server.api
-	if q.entry.Workload == spec.TextToVideo {
-		for _, j := range q.jobs {
-			if err := api.DeleteVideo(q.ctx, j.jobID); err != nil {
-				return "", fmt.Errorf("check delete: %w", err)
-			}
-			if _, err := api.GetVideo(q.ctx, j.jobID); err == nil {
-				return "", fmt.Errorf("check delete: %s still answers after delete", j.jobID)
-			}
+	ids := slices.Clone(q.probeJobs)
+	for _, s := range q.served {
+		if q.entry.Workload == spec.TextToVideo && s.jobID != "" {
+			ids = append(ids, s.jobID)
+		}
+	}
+	for _, id := range ids {
+		if err := api.DeleteVideo(q.ctx, id); err != nil {
+			return "", fmt.Errorf("check delete: %w", err)
+		}
+		if _, err := api.GetVideo(q.ctx, id); err == nil {
+			return "", fmt.Errorf("check delete: %s still answers after delete", id)
 		}
 	}
 	if left, err := listDir(q.server.artifactDir); err != nil || len(left) > 0 {
@@ -587,7 +536,7 @@ func (q *qualification) cleanup(t *testing.T) (string, error) {
 	if left, err := listDir(q.server.artifactDir); err != nil || len(left) > 0 {
 		return "", fmt.Errorf("check no-leftover-files after shutdown: %v %v", left, err)
 	}
-	return fmt.Sprintf("%d jobs deleted; no artifact left; clean exit", len(q.jobs)), nil
+	return fmt.Sprintf("%d jobs deleted; no artifact left; clean exit", len(ids)), nil
 }
 
 func listDir(dir string) ([]string, error) {

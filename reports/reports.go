@@ -74,8 +74,10 @@ type Row struct {
 	Counts     map[string]int    `json:"counts,omitempty"`
 	Timing     *Timing           `json:"timing,omitempty"`
 	Command    string            `json:"command"`
-	Started    time.Time         `json:"started"`
-	Duration   string            `json:"duration"`
+	// AIPerfCommand is the exact AIPerf profile the aiperf stage ran.
+	AIPerfCommand string    `json:"aiperf_command,omitempty"`
+	Started       time.Time `json:"started"`
+	Duration      string    `json:"duration"`
 }
 
 // Label says what a row may be presented as, from its profile.
@@ -211,6 +213,9 @@ func Markdown(w io.Writer, r Report) error {
 				}
 				p("- %s %s: %s\n", s.Name, mark, firstLine(s.Message))
 			}
+		}
+		if row.AIPerfCommand != "" {
+			p("- AIPerf: `%s`\n", row.AIPerfCommand)
 		}
 		p("- reproduce: `%s`\n", row.Command)
 	}

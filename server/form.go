@@ -29,9 +29,14 @@ func readForm(r *http.Request, allowJSON bool) (*form, *apiError) {
 	if allowJSON {
 		supported = "application/json or multipart/form-data"
 	}
+	accepted := mt == "multipart/form-data" || (allowJSON && mt == "application/json")
 	switch {
 	case ct == "":
 		return nil, errf(http.StatusUnsupportedMediaType, "unsupported_media_type", "", "missing Content-Type; send %s", supported)
+	case err != nil && accepted && errors.Is(err, mime.ErrInvalidMediaParameter):
+		// An accepted type with broken parameters is a malformed request, not an unsupported
+		// media type (415 is for bodies that are neither JSON nor multipart).
+		return nil, invalid("", "malformed Content-Type %q: %v", ct, err)
 	case err != nil:
 		return nil, errf(http.StatusUnsupportedMediaType, "unsupported_media_type", "", "malformed Content-Type %q: %v", ct, err)
 	case mt == "application/json" && allowJSON:
@@ -40,7 +45,7 @@ func readForm(r *http.Request, allowJSON bool) (*form, *apiError) {
 		if params["boundary"] == "" {
 			return nil, invalid("", "multipart/form-data without a boundary")
 		}
-		return readMultipart(multipart.NewReader(r.Body, params["boundary"]))
+		return readMultipart(multipart.NewReader(r.Body, params["boundary"]), params["boundary"])
 	}
 	return nil, errf(http.StatusUnsupportedMediaType, "unsupported_media_type", "", "Content-Type %q is not supported; send %s", mt, supported)
 }
@@ -53,21 +58,43 @@ func bodyError(err error) *apiError {
 	return invalid("", "reading request body: %v", err)
 }
 
+// readJSON reads one JSON object token by token so that a key given twice is rejected (as in
+// multipart) rather than silently resolved to its last value.
 func readJSON(body io.Reader) (*form, *apiError) {
 	dec := json.NewDecoder(body)
 	dec.UseNumber()
-	var raw map[string]any
-	if err := dec.Decode(&raw); err != nil {
+	notObject := func(err error) *apiError {
 		if ae := bodyError(err); ae.Code == "request_too_large" {
-			return nil, ae
+			return ae
 		}
-		return nil, invalid("", "body is not a JSON object: %v", err)
+		return invalid("", "body is not a JSON object: %v", err)
 	}
-	if dec.More() {
-		return nil, invalid("", "body has data after the JSON object")
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, notObject(err)
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return nil, invalid("", "body is not a JSON object: it starts with %v", tok)
 	}
 	f := &form{values: map[string]string{}}
-	for k, v := range raw {
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, notObject(err)
+		}
+		k, ok := tok.(string)
+		if !ok {
+			return nil, invalid("", "body is not a JSON object: unexpected %v", tok)
+		}
+		var v any
+		if err := dec.Decode(&v); err != nil {
+			return nil, notObject(err)
+		}
+		if seen[k] {
+			return nil, invalid(k, "field %q is given more than once", k)
+		}
+		seen[k] = true
 		switch v := v.(type) {
 		case nil: // an explicit null is the same as leaving the field out
 		case string:
@@ -77,15 +104,34 @@ func readJSON(body io.Reader) (*form, *apiError) {
 		case bool:
 			f.values[k] = fmt.Sprint(v)
 		default:
-			return nil, invalid(k, "%s must be a string or a number, not %T", k, v)
+			return nil, invalid(k, "%s must be a string or a number, not %s", k, jsonKind(v))
 		}
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return nil, notObject(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		if ae := bodyError(err); err != nil && ae.Code == "request_too_large" {
+			return nil, ae
+		}
+		return nil, invalid("", "body has data after the JSON object")
 	}
 	return f, nil
 }
 
-func readMultipart(mr *multipart.Reader) (*form, *apiError) {
+func jsonKind(v any) string {
+	switch v.(type) {
+	case map[string]any:
+		return "an object"
+	case []any:
+		return "an array"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+func readMultipart(mr *multipart.Reader, boundary string) (*form, *apiError) {
 	f := &form{values: map[string]string{}, files: map[string][][]byte{}}
-	for {
+	for parts := 0; ; parts++ {
 		p, err := mr.NextPart()
 		if err == io.EOF {
 			return f, nil
@@ -94,7 +140,10 @@ func readMultipart(mr *multipart.Reader) (*form, *apiError) {
 			if ae := bodyError(err); ae.Code == "request_too_large" {
 				return nil, ae
 			}
-			return nil, invalid("", "malformed multipart body: %v", err)
+			if parts == 0 {
+				return nil, invalid("", "malformed multipart body: no part delimited by the boundary %q of the Content-Type (%v)", boundary, err)
+			}
+			return nil, invalid("", "malformed multipart body after %d part(s): %v", parts, err)
 		}
 		name := p.FormName()
 		if name == "" {

@@ -1,0 +1,228 @@
+package mediaqual_test
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"mediaqual/fixtures"
+	"mediaqual/harness/aiperf"
+	"mediaqual/harness/ledger"
+	"mediaqual/models/spec"
+)
+
+// aiperfPoll is the stated polling cadence of AIPerf's video client in every run.
+const aiperfPoll = 100 * time.Millisecond
+
+// servedRequest is one AIPerf request, accounted for and matched to its pinned input.
+type servedRequest struct {
+	item      workItem
+	warmup    bool
+	requestID string
+	jobID     string
+	latencyMS float64 // AIPerf's request_latency
+	creditNS  int64
+	taskMS    float64 // the server's Task-call wall for this request
+	peakMB    float64
+	raw       aiperf.RawRecord
+	path      string // the fetched artifact
+	sha256    string
+}
+
+var (
+	aiperfOnce sync.Once
+	aiperfEnv  aiperf.Env
+	aiperfErr  error
+)
+
+// installedAIPerf is the pinned AIPerf, installed once per test binary (make installs it
+// beforehand, so this normally only checks the metadata).
+func installedAIPerf() (aiperf.Env, error) {
+	aiperfOnce.Do(func() {
+		root, err := os.Getwd()
+		if err != nil {
+			aiperfErr = err
+			return
+		}
+		aiperfEnv, aiperfErr = aiperf.Ensure(context.Background(), aiperf.DefaultVenv(root), nil)
+	})
+	return aiperfEnv, aiperfErr
+}
+
+// aiperfStage runs the published AIPerf against the served checkpoint: one warmup and one
+// measured request per pinned input, then accounts for every request in the server ledger.
+func (q *qualification) aiperfStage(t *testing.T) (string, error) {
+	if q.server == nil {
+		return "", errors.New("no server: the serve stage failed")
+	}
+	env, err := installedAIPerf()
+	if err != nil {
+		return "", fmt.Errorf("check aiperf-install: %w", err)
+	}
+	items, err := q.items()
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(q.dir, "aiperf")
+	input, byPrompt, err := q.aiperfDataset(items)
+	if err != nil {
+		return "", err
+	}
+	tok, err := fixtures.WriteTokenizer(filepath.Join(q.dir, "tokenizer"))
+	if err != nil {
+		return "", err
+	}
+	run := aiperf.Run{
+		Model: q.entry.ID, URL: q.server.srv.URL, Tokenizer: tok, InputFile: input, Extra: q.extraInputs(),
+		Warmup: 1, Requests: len(items), Concurrency: 1, ArtifactDir: dir,
+		PollInterval: aiperfPoll, RequestTimeout: 30 * time.Minute,
+	}
+	run.Endpoint = aiperf.ImageEdit
+	if q.entry.Workload == spec.TextToVideo {
+		run.Endpoint = aiperf.VideoGeneration
+		q.pollMS = ms(aiperfPoll)
+	}
+	q.row.AIPerfCommand = run.CommandLine("aiperf")
+	q.row.Versions["aiperf"] = env.Version
+	if err := env.Exec(q.ctx, run); err != nil {
+		return "", err
+	}
+	x, err := aiperf.ReadExports(dir)
+	if err != nil {
+		return "", err
+	}
+	if x.Summary.Version != aiperf.Version {
+		return "", fmt.Errorf("check aiperf-version: the run reports %s, pinned %s", x.Summary.Version, aiperf.Version)
+	}
+	reqs, entries, err := q.followUnfinished(x)
+	if err != nil {
+		return "", err
+	}
+	q.row.Counts = map[string]int{"requests": len(reqs)}
+	for _, r := range reqs {
+		if r.Warmup {
+			q.row.Counts["warmup"]++
+		} else {
+			q.row.Counts["measured"]++
+		}
+		if r.Outcome != aiperf.Completed {
+			q.row.Counts["errors"]++
+		}
+	}
+	if err := aiperf.Account(reqs, entries); err != nil {
+		return "", err
+	}
+	if q.row.Counts["warmup"] != 1 || q.row.Counts["measured"] != len(items) {
+		return "", fmt.Errorf("check aiperf-counts: %d warmup and %d measured records, want 1 and %d", q.row.Counts["warmup"], q.row.Counts["measured"], len(items))
+	}
+	for _, r := range reqs {
+		prompt, _ := r.Raw.Payload["prompt"].(string)
+		it, ok := byPrompt[prompt]
+		if !ok {
+			return "", fmt.Errorf("check aiperf-inputs: request %s sent prompt %q, which is not a pinned input", r.XRequestID, prompt)
+		}
+		e := r.Server[0]
+		q.served = append(q.served, servedRequest{item: it, warmup: r.Warmup, requestID: r.XRequestID, jobID: e.JobID,
+			latencyMS: r.LatencyMS, creditNS: r.CreditIssuedNS, taskMS: e.Timing.TaskCallWallMS, peakMB: e.Output.PeakMemoryMB, raw: r.Raw})
+	}
+	return fmt.Sprintf("AIPerf %s: %s (1 warmup, %d measured); every request maps to exactly one server job", env.Version, aiperf.Summarize(reqs), len(items)), nil
+}
+
+// followUnfinished joins the run with the ledger; a job the server accepted but has not ended
+// is followed to its end (bounded) before the final join, so nothing is dropped.
+func (q *qualification) followUnfinished(x aiperf.Exports) ([]aiperf.Request, []ledger.Entry, error) {
+	entries, err := ledger.Read(q.server.ledgerPath)
+	if err != nil {
+		return nil, nil, err
+	}
+	reqs := aiperf.Join(x, entries)
+	followed := false
+	for _, r := range reqs {
+		if r.Outcome == aiperf.Unfinished && q.entry.Workload == spec.TextToVideo {
+			ctx, cancel := context.WithTimeout(q.ctx, 2*time.Minute)
+			_, _, _ = q.server.api.WaitVideo(ctx, r.JobID) // its end, if any, reaches the ledger
+			cancel()
+			followed = true
+		}
+	}
+	if !followed {
+		return reqs, entries, nil
+	}
+	if entries, err = ledger.Read(q.server.ledgerPath); err != nil {
+		return nil, nil, err
+	}
+	return aiperf.Join(x, entries), entries, nil
+}
+
+// aiperfDataset writes the single_turn JSONL AIPerf reads: the pinned prompts, and for
+// image_edit the references as PNG files (AIPerf re-encodes local images; PNG keeps that
+// lossless).
+func (q *qualification) aiperfDataset(items []workItem) (string, map[string]workItem, error) {
+	path := filepath.Join(q.dir, "aiperf-input.jsonl")
+	f, err := os.Create(path)
+	if err != nil {
+		return "", nil, err
+	}
+	defer f.Close()
+	enc := json.NewEncoder(f)
+	byPrompt := map[string]workItem{}
+	for _, it := range items {
+		line := map[string]string{"text": it.fields["prompt"]}
+		if it.ref != nil {
+			ref := filepath.Join(q.dir, "references", it.key+".png")
+			if err := os.MkdirAll(filepath.Dir(ref), 0o755); err != nil {
+				return "", nil, err
+			}
+			if err := os.WriteFile(ref, it.ref, 0o644); err != nil {
+				return "", nil, err
+			}
+			line["image"] = ref
+		}
+		if _, dup := byPrompt[line["text"]]; dup {
+			return "", nil, fmt.Errorf("fixture prompts must be unique to match requests to inputs: %q", line["text"])
+		}
+		byPrompt[line["text"]] = it
+		if err := enc.Encode(line); err != nil {
+			return "", nil, err
+		}
+	}
+	return path, byPrompt, f.Close()
+}
+
+// extraInputs are the pinned settings as --extra-inputs, in a stable order.
+func (q *qualification) extraInputs() [][2]string {
+	fields := q.entry.Defaults.Fields(q.entry.Controls, q.entry.Workload)
+	delete(fields, "prompt")
+	keys := make([]string, 0, len(fields))
+	for k := range fields {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	out := make([][2]string, len(keys))
+	for i, k := range keys {
+		out[i] = [2]string{k, fields[k]}
+	}
+	return out
+}
+
+// editImage is the edited PNG AIPerf received, from the response body it kept.
+func editImage(raw aiperf.RawRecord) ([]byte, error) {
+	data, _ := raw.Body(0)["data"].([]any)
+	if len(data) != 1 {
+		return nil, fmt.Errorf("check edit-response: want one image in data, got %d", len(data))
+	}
+	b64, _ := data[0].(map[string]any)["b64_json"].(string)
+	img, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil || len(img) == 0 {
+		return nil, fmt.Errorf("check edit-response: data[0].b64_json: %v", err)
+	}
+	return img, nil
+}
