@@ -110,13 +110,13 @@ func readJSON(body io.Reader) (*form, *apiError) {
 	if _, err := dec.Token(); err != nil { // the closing brace
 		return nil, notObject(err)
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		if ae := bodyError(err); err != nil && ae.Code == "request_too_large" {
-			return nil, ae
-		}
-		return nil, invalid("", "body has data after the JSON object")
+	switch _, err := dec.Token(); {
+	case err == io.EOF:
+		return f, nil
+	case err != nil && bodyError(err).Code == "request_too_large":
+		return nil, bodyError(err)
 	}
-	return f, nil
+	return nil, invalid("", "body has data after the JSON object")
 }
 
 func jsonKind(v any) string {

@@ -1,8 +1,10 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"math"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -89,6 +91,9 @@ func Resolve(cp spec.Checkpoint, capability spec.Capability, fields map[string]s
 		return s, unsupportedValue(c.GuidanceParam, "%s supports %s in %s, got %g", cp.ID, c.GuidanceParam, c.Guidance, s.Guidance)
 	}
 	seed, err := intField(fields, "seed", int(s.Seed))
+	if err != nil && err.Code == "unsupported_value" { // beyond int64: say the range, as for seed < 0
+		return s, unsupportedValue("seed", "seed must be in 0..%d, got %s", math.MaxInt64, strings.TrimSpace(fields["seed"]))
+	}
 	if err != nil {
 		return s, err
 	}
@@ -121,13 +126,15 @@ func resolveFrames(cp spec.Checkpoint, fields map[string]string, s *spec.Setting
 		return err
 	}
 	if v, ok := fields["seconds"]; ok {
-		sec, perr := strconv.ParseFloat(strings.TrimSpace(v), 64)
-		if perr != nil || math.IsNaN(sec) || math.IsInf(sec, 0) || sec <= 0 {
+		sec, perr := parseDecimal(v)
+		if perr != nil || sec <= 0 {
 			return invalid("seconds", "seconds must be a positive number, got %q", v)
 		}
 		n := sec * float64(s.FPS)
 		whole := math.Abs(n-math.Round(n)) < 1e-6
 		switch {
+		case n > maxFrameCount: // int(n) would overflow; no model produces this many frames
+			return unsupportedValue("seconds", "seconds=%s at %d fps is %g frames; %s", v, s.FPS, n, frameHint(c, s.FPS))
 		case hasFrames && (!whole || int(math.Round(n)) != s.NumFrames):
 			return unsupportedValue("seconds", "seconds=%s at %d fps is %g frames but num_frames=%d; give one of them or make them agree", v, s.FPS, n, s.NumFrames)
 		case !whole:
@@ -152,12 +159,37 @@ func frameHint(c spec.Controls, fps int) string {
 	return fmt.Sprintf("supported frame counts: %s (duration = num_frames / fps, fps %d)", c.Frames, fps)
 }
 
+// maxFrameCount bounds seconds*fps before it is converted to a frame count.
+const maxFrameCount = 1 << 31
+
+// decimalNumber is the syntax of numeric fields: a JSON number, optionally signed with '+'
+// (surrounding spaces are trimmed first). strconv.ParseFloat alone would also take hex floats
+// ("0x1p2"), digit separators ("1_0" after a prefix) and "Inf"; a client that sends those did
+// not mean a number, so they are rejected rather than honoured by accident.
+var decimalNumber = regexp.MustCompile(`^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?$`)
+
+// parseDecimal parses a finite decimal number.
+func parseDecimal(v string) (float64, error) {
+	v = strings.TrimSpace(v)
+	if !decimalNumber.MatchString(v) {
+		return 0, fmt.Errorf("%q is not a decimal number", v)
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, fmt.Errorf("%q is not a finite number", v)
+	}
+	return f, nil
+}
+
 func intField(fields map[string]string, name string, def int) (int, *apiError) {
 	v, ok := fields[name]
 	if !ok {
 		return def, nil
 	}
 	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	if errors.Is(err, strconv.ErrRange) {
+		return 0, unsupportedValue(name, "%s=%s is out of range (a 64-bit integer)", name, strings.TrimSpace(v))
+	}
 	if err != nil {
 		return 0, invalid(name, "%s must be an integer, got %q", name, v)
 	}
@@ -169,9 +201,9 @@ func floatField(fields map[string]string, name string, def float64) (float64, *a
 	if !ok {
 		return def, nil
 	}
-	f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
-		return 0, invalid(name, "%s must be a finite number, got %q", name, v)
+	f, err := parseDecimal(v)
+	if err != nil {
+		return 0, invalid(name, "%s must be a finite decimal number, got %q", name, v)
 	}
 	return f, nil
 }
