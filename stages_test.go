@@ -258,6 +258,12 @@ func (q *qualification) serve(t *testing.T) (string, error) {
 		Binary: mediaserveBin, URLFromStdout: true, Dir: q.dir, GPUs: os.Getenv("MEDIAQUAL_GPUS"),
 		Args: []string{"-port", "0", "-model", q.entry.ID, "-artifact-dir", s.artifactDir, "-ledger", s.ledgerPath},
 	}
+	if f := os.Getenv(envFault); f != "" {
+		// The fault self-test (faults_test.go) serves a deliberately broken server; the row
+		// says so, and the stages must catch it.
+		cfg.Args = append(cfg.Args, "-fault", f)
+		q.row.Note = "FAULT INJECTED (" + f + "): not a qualification; " + q.row.Note
+	}
 	srv, err := launch.Launch(cfg)
 	if err != nil {
 		return "", fmt.Errorf("check launch: %w", err)
@@ -324,7 +330,7 @@ func (q *qualification) artifacts(t *testing.T) (string, error) {
 		var data []byte
 		if q.entry.Workload == spec.TextToVideo {
 			if data, _, err = q.server.api.Content(q.ctx, s.jobID); err != nil {
-				return "", fmt.Errorf("request %s: %w", s.requestID, err)
+				return "", fmt.Errorf("check artifact-fetch: request %s, completed job %s: %w", s.requestID, s.jobID, err)
 			}
 		} else if data, err = editImage(s.raw); err != nil {
 			return "", fmt.Errorf("request %s: %w", s.requestID, err)
@@ -468,10 +474,7 @@ func (q *qualification) timing(t *testing.T) (string, error) {
 	var first, last int64
 	frames := 0
 	tm := &reports.Timing{Source: "AIPerf " + aiperf.Version + " request_latency", PollIntervalMS: q.pollMS}
-	for _, s := range q.served {
-		if s.warmup {
-			continue
-		}
+	for _, s := range q.measured() {
 		if s.taskMS <= 0 {
 			return "", fmt.Errorf("check task-wall: request %s: the server reported no Task-call wall", s.requestID)
 		}
@@ -489,6 +492,14 @@ func (q *qualification) timing(t *testing.T) (string, error) {
 	if len(lat) == 0 {
 		return "", errors.New("no measured requests: the aiperf stage failed")
 	}
+	if b := q.entry.MaxOverheadMS; b > 0 {
+		for i, s := range q.measured() {
+			if over[i] > b {
+				return "", fmt.Errorf("check timing-overhead: request %s took %.0f ms end to end for a %.0f ms Task: %.0f ms of serving overhead, budget %.0f ms",
+					s.requestID, s.latencyMS, s.taskMS, over[i], b)
+			}
+		}
+	}
 	window := time.Duration(last - first).Seconds()
 	tm.Requests = len(lat)
 	tm.ClientP50MS, tm.ClientP95MS, tm.ClientMaxMS = pct(lat, 50), pct(lat, 95), pct(lat, 100)
@@ -504,6 +515,17 @@ func (q *qualification) timing(t *testing.T) (string, error) {
 	q.t.Attr("overhead_p50_ms", fmt.Sprintf("%.1f", tm.OverheadP50MS))
 	q.t.Attr("items_per_s", fmt.Sprintf("%.3f", tm.ItemsPerSecond))
 	return fmt.Sprintf("client p50 %.1f ms, Task p50 %.1f ms, overhead p50 %.1f ms over %d measured requests", tm.ClientP50MS, tm.TaskP50MS, tm.OverheadP50MS, tm.Requests), nil
+}
+
+// measured are the AIPerf requests outside warmup.
+func (q *qualification) measured() []servedRequest {
+	var out []servedRequest
+	for _, s := range q.served {
+		if !s.warmup {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // cleanup deletes every job and checks nothing is left: no artifact file, no job answering,

@@ -140,6 +140,9 @@ func (s *Server) videoObject(j *job) map[string]any {
 func (s *Server) getVideo(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	j, e := s.lookup(r.PathValue("id"), spec.TextToVideo)
+	if e == nil && s.fault.failPoll(j) {
+		e = errf(http.StatusInternalServerError, "injected_fault", "", "fault poll-500")
+	}
 	if e != nil {
 		s.mu.Unlock()
 		writeError(w, e)
@@ -444,10 +447,14 @@ func (s *Server) getModel(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) modelObject(l *lane) map[string]any {
 	cp := l.model.Checkpoint
-	return map[string]any{
+	o := map[string]any{
 		"id": cp.ID, "object": "model", "owned_by": "mediaserve", "created": 0,
 		"family": cp.Family, "profile": cp.Profile, "revision": cp.Revision, "precision": cp.Precision,
 		"capabilities": cp.Capabilities, "controls": cp.Controls, "defaults": cp.Defaults,
 		"runtime": l.model.Runtime, "queue_capacity": cap(l.queue),
 	}
+	if s.fault != nil {
+		o["fault"] = s.fault.name + ": " + Faults[s.fault.name]
+	}
+	return o
 }

@@ -123,7 +123,7 @@ func (s *Server) execute(l *lane, j *job) {
 		j.progress = min(99, done*100/total) // 100 only once the artifact exists
 		s.mu.Unlock()
 	}
-	p, err := Produce(j.ctx, l.model.Task, l.model.Checkpoint, j.kind, req, j.path)
+	p, err := produce(j.ctx, l.model.Task, l.model.Checkpoint, j.kind, req, j.path, s.fault)
 	if err != nil && j.ctx.Err() != nil {
 		err = context.Cause(j.ctx)
 	}
@@ -146,6 +146,9 @@ func (s *Server) finish(j *job, p Product, err error) {
 		os.Remove(j.path)
 	default:
 		j.product, j.progress = &p, 100
+		if s.fault.is("artifact-missing") {
+			os.Remove(j.path)
+		}
 	}
 	if status != "cancelled" {
 		j.status = status
@@ -229,6 +232,9 @@ func (s *Server) forget(j *job, why string) []string {
 	s.gone[j.id] = why
 	j.deleted = true
 	j.cancel(errDeleted)
+	if s.fault.is("delete-leaves-files") && why == "deleted" {
+		return nil
+	}
 	return s.removeFiles(j)
 }
 

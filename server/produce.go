@@ -32,7 +32,12 @@ type Product struct {
 // to path (MP4 for text_to_video, PNG for image_edit). HTTP jobs and `mediaserve task` both go
 // through here, which is what makes their artifacts comparable byte for byte.
 func Produce(ctx context.Context, task spec.Task, cp spec.Checkpoint, capability spec.Capability, req spec.Request, path string) (Product, error) {
-	out, err := task.Run(ctx, req)
+	return produce(ctx, task, cp, capability, req, path, nil)
+}
+
+// produce is Produce with an optional fault switched on (the native path never has one).
+func produce(ctx context.Context, task spec.Task, cp spec.Checkpoint, capability spec.Capability, req spec.Request, path string, f *fault) (Product, error) {
+	out, err := f.task(task).Run(ctx, req)
 	if err != nil {
 		return Product{}, err
 	}
@@ -50,10 +55,14 @@ func Produce(ctx context.Context, task spec.Task, cp spec.Checkpoint, capability
 	p.FramesSHA256 = hex.EncodeToString(h.Sum(nil))
 
 	start := time.Now()
+	frames := f.frames(out.Frames, req)
 	if capability == spec.TextToVideo {
-		err = encode.MP4(ctx, path, out.Frames, req.FPS)
+		err = encode.MP4(ctx, path, frames, f.fps(req.FPS))
 	} else {
-		err = writePNG(path, out.Frames[0])
+		err = writePNG(path, frames[0])
+	}
+	if err == nil {
+		err = f.encoded(path)
 	}
 	p.Encode = time.Since(start)
 	if err != nil {

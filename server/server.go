@@ -41,6 +41,9 @@ type Config struct {
 	KeepArtifacts bool          // leave artifacts on disk at Close
 	JanitorEvery  time.Duration // how often expired artifacts are removed (default lifetime/10, at most 1m)
 	Log           *slog.Logger
+	// Fault switches on one deliberately broken behaviour (see Faults); empty for a healthy
+	// server. Only the suite's self-test uses it.
+	Fault string
 }
 
 // Server is a running mediaserve instance.
@@ -51,6 +54,7 @@ type Server struct {
 	lanes  map[string]*lane
 	order  []string // model ids in configured order
 	ready  atomic.Bool
+	fault  *fault
 
 	mu      sync.Mutex
 	closed  bool
@@ -89,13 +93,17 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	f, err := newFault(cfg.Fault)
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
 	if err := os.MkdirAll(cfg.ArtifactDir, 0o755); err != nil {
 		return nil, fmt.Errorf("server: artifact dir: %w", err)
 	}
 	s := &Server{
 		cfg: cfg, log: cfg.Log, ledger: newLedger(cfg.Ledger, cfg.Log),
 		lanes: map[string]*lane{}, jobs: map[string]*job{}, gone: map[string]string{},
-		stop: make(chan struct{}),
+		stop: make(chan struct{}), fault: f,
 	}
 	for _, m := range cfg.Models {
 		id := m.Checkpoint.ID

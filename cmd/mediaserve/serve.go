@@ -27,6 +27,7 @@ func serve(args []string, log *slog.Logger) error {
 	apiKey := fs.String("api-key", os.Getenv("MEDIASERVE_API_KEY"), "bearer key required on /v1/* (env MEDIASERVE_API_KEY)")
 	maxBody := fs.Int64("max-body", 32<<20, "largest request body in bytes")
 	keep := fs.Bool("keep-artifacts", false, "leave artifacts on disk at shutdown")
+	fault := fs.String("fault", "", "switch on one deliberately broken behaviour, for the suite's self-test only (docs/FAULTS.md)")
 	var ids listFlag
 	fs.Var(&ids, "model", "checkpoint id to serve (repeatable; default: every servable checkpoint)")
 	if err := fs.Parse(args); err != nil {
@@ -65,7 +66,7 @@ func serve(args []string, log *slog.Logger) error {
 	}
 	srv, err := server.New(server.Config{
 		Models: ms, ArtifactDir: artifactDir, Lifetime: *lifetime, QueueCapacity: *queue,
-		Ledger: ledger, APIKey: *apiKey, MaxBodyBytes: *maxBody, KeepArtifacts: *keep, Log: log,
+		Ledger: ledger, APIKey: *apiKey, MaxBodyBytes: *maxBody, KeepArtifacts: *keep, Log: log, Fault: *fault,
 	})
 	if err != nil {
 		return err
@@ -86,6 +87,9 @@ func serve(args []string, log *slog.Logger) error {
 	defer stop()
 	if err := srv.Load(ctx); err != nil {
 		return err
+	}
+	if *fault != "" {
+		log.Warn("FAULT INJECTED: this server is deliberately broken", "fault", *fault, "what", server.Faults[*fault])
 	}
 	log.Info("ready", "models", len(ms))
 	select {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -107,25 +108,48 @@ type Exports struct {
 	Records []Record
 	Raw     []RawRecord
 	Summary Summary
+	// HasSummary is false when AIPerf aborted before writing its summary (it does when every
+	// request failed); the per-request records are still there and still accounted for.
+	HasSummary bool
 }
 
-// ReadExports reads a run's artifact directory.
+// ReadExports reads a run's artifact directory. When AIPerf aborted before merging its raw
+// records, they are read from the per-processor files it left in raw_records/.
 func ReadExports(dir string) (Exports, error) {
 	var x Exports
 	var err error
 	if x.Records, err = readJSONL[Record](filepath.Join(dir, "profile_export.jsonl")); err != nil {
 		return x, err
 	}
-	if x.Raw, err = readJSONL[RawRecord](filepath.Join(dir, "profile_export_raw.jsonl")); err != nil {
-		return x, err
+	merged := filepath.Join(dir, "profile_export_raw.jsonl")
+	if _, err := os.Stat(merged); err == nil {
+		if x.Raw, err = readJSONL[RawRecord](merged); err != nil {
+			return x, err
+		}
+	} else {
+		parts, _ := filepath.Glob(filepath.Join(dir, "raw_records", "*.jsonl"))
+		if len(parts) == 0 {
+			return x, fmt.Errorf("%s: no raw records (neither profile_export_raw.jsonl nor raw_records/)", dir)
+		}
+		for _, p := range parts {
+			raw, err := readJSONL[RawRecord](p)
+			if err != nil {
+				return x, err
+			}
+			x.Raw = append(x.Raw, raw...)
+		}
 	}
 	b, err := os.ReadFile(filepath.Join(dir, "profile_export_aiperf.json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return x, nil
+	}
 	if err != nil {
 		return x, err
 	}
 	if err := json.Unmarshal(b, &x.Summary); err != nil {
 		return x, fmt.Errorf("profile_export_aiperf.json: %w", err)
 	}
+	x.HasSummary = true
 	return x, nil
 }
 

@@ -82,6 +82,9 @@ type Entry struct {
 	// digest of the Task's raw output for each pinned fixture.
 	Goldens  string    `json:"goldens,omitempty"`
 	Variants []Variant `json:"variants,omitempty"`
+	// MaxOverheadMS bounds, per measured request, client end-to-end latency minus Task-call
+	// wall: what serving (HTTP, queueing, encode, polling) may add. 0 means no budget.
+	MaxOverheadMS float64 `json:"max_overhead_ms,omitempty"`
 	// ExpectGap, for a negative control, is the capability gap the suite must detect: the case
 	// passes when the probe finds exactly this gap.
 	ExpectGap string `json:"expect_gap,omitempty"`

@@ -3,11 +3,26 @@
 // the VAE compresses time 4x, so frame counts are 4k+1.
 package wan
 
-import "mediaqual/models/spec"
+import (
+	"path/filepath"
+
+	"mediaqual/models/spec"
+)
 
 // frames4k1 is Wan's frame rule: the VAE needs 4k+1 frames. diffusers silently rounds other
 // counts down; mediaserve rejects them instead.
 var frames4k1 = &spec.FrameRule{Step: 4, Offset: 1, Range: spec.IntRange{Min: 5, Max: 121}}
+
+// Worker is the argv of the family's native Task worker (models/wan/adapter.py, speaking
+// docs/WORKER.md) for a checkpoint whose UniPC flow_shift is pinned at flowShift ("3.0" for
+// Wan2.1, "5.0" for Wan2.2 TI2V) and whose weights are the row's bundle under
+// $MEDIAQUAL_BUNDLES ($MEDIAQUAL_BUNDLE, when set, names the snapshot directory itself). root is
+// the module root: mediaserve starts workers in its own working directory, so the script path
+// must not be relative to the repository. The rows do not set it yet: a row with a Worker is
+// servable, and the Wan rows stay planned until they are moved (docs/GPU.md).
+func Worker(root, flowShift, bundle string) []string {
+	return []string{"python3", filepath.Join(root, "models", "wan", "adapter.py"), "--flow-shift", flowShift, "--bundle-name", bundle}
+}
 
 // videoContract: real generators move; a clip whose consecutive frames differ by less than
 // half a level on average is frozen, one whose frames vary by less than 2 levels is blank.

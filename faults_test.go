@@ -1,0 +1,83 @@
+package mediaqual_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"mediaqual/internal/casegen"
+)
+
+// envFault asks the suite to serve with a mediaserve fault switched on (mediaserve -fault).
+const envFault = "MEDIAQUAL_FAULT"
+
+// faultCases pairs every injectable fault with the checkpoint it is tried on and the check
+// that must catch it. docs/FAULTS.md is this table in prose.
+var faultCases = []struct {
+	fault, checkpoint, check string
+}{
+	{"ignore-reference", "ref-edit", "influence-changes-output"},
+	{"wrong-frame-count", "ref-t2v", "frame-count"},
+	{"wrong-fps", "ref-t2v", "fps"},
+	{"wrong-size", "ref-t2v", "size"},
+	{"nondeterministic", "ref-t2v", "artifact-sha256"},
+	{"corrupt-mp4", "ref-t2v", "container"},
+	{"job-fails", "ref-t2v", "aiperf-accounting"},
+	{"job-hangs", "ref-t2v", "aiperf-accounting"},
+	{"poll-500", "ref-t2v", "aiperf-accounting"},
+	// AIPerf downloads every video, so it is the first to see the file gone.
+	{"artifact-missing", "ref-t2v", "aiperf-accounting"},
+	{"delete-leaves-files", "ref-t2v", "no-leftover-files"},
+	{"latency-spike", "ref-t2v", "timing-overhead"},
+	{"edit-unchanged", "ref-edit", "edit-unchanged"},
+}
+
+// TestFaultsAreCaught runs the real qualification of a reference checkpoint against a
+// mediaserve with one fault switched on, in a child run of this test binary, and asserts that
+// the case fails at the check made for that fault, by name.
+func TestFaultsAreCaught(t *testing.T) {
+	if os.Getenv(envFault) != "" {
+		t.Skip("already inside a fault run")
+	}
+	if _, err := installedAIPerf(); err != nil {
+		t.Fatalf("the fault self-test needs the pinned AIPerf: %v", err)
+	}
+	for _, fc := range faultCases {
+		t.Run(fc.fault, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			name := casegen.TestName(fc.checkpoint)
+			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run", "^"+name+"$", "-test.v", "-test.count=1")
+			cmd.Env = append(withoutEnv(os.Environ(), "MEDIAQUAL_REPORT_DIR"), envFault+"="+fc.fault,
+				"MEDIAQUAL_REQUEST_TIMEOUT=4s")
+			out, err := cmd.CombinedOutput()
+			require.Error(t, err, "%s passed with fault %s switched on:\n%s", name, fc.fault, out)
+			assert.Contains(t, string(out), "--- FAIL: "+name, "the case itself must fail")
+			assert.Contains(t, string(out), "check "+fc.check+":", "fault %s must be caught by check %s; output:\n%s", fc.fault, fc.check, lastLines(string(out), 40))
+		})
+	}
+}
+
+func withoutEnv(env []string, key string) []string {
+	var out []string
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, key+"=") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,197 @@
+package wan
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"mediaqual/models/spec"
+)
+
+// The Wan adapter is Python (adapter.py, a docs/WORKER.md worker); these tests run its unit
+// tests and check that it maps every row's settings the way the rows declare them. They need
+// only python3 (no torch, diffusers or numpy), and skip only where python3 is absent.
+
+func python(t *testing.T) string {
+	t.Helper()
+	p, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 not on PATH: the Wan adapter's tests need it")
+	}
+	return p
+}
+
+func TestAdapterPythonUnitTests(t *testing.T) {
+	cmd := exec.Command(python(t), "-m", "unittest", "-v", "test_adapter")
+	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
+	out, err := cmd.CombinedOutput()
+	t.Logf("python3 -m unittest test_adapter:\n%s", out)
+	require.NoError(t, err, "the adapter's Python unit tests fail")
+	assert.Contains(t, string(out), "\nOK")
+}
+
+// pinned are the family's per-checkpoint facts the adapter depends on: the UniPC flow_shift
+// (argv) and the size granularity of the pipeline (VAE spatial factor x patch), which the
+// adapter reads from the loaded pipeline and which every declared size must respect.
+var pinned = map[string]struct {
+	flowShift string
+	multiple  int
+}{
+	"Wan-AI/Wan2.1-T2V-1.3B": {"3.0", 16}, // VAE 8x, patch 2
+	"Wan-AI/Wan2.2-TI2V-5B":  {"5.0", 32}, // VAE 16x, patch 2
+}
+
+// mapScript reads [{settings, multiple}] on stdin and prints, per item, the adapter's
+// pipeline kwargs (the generator replaced by its seed) and actual report, or its error.
+const mapScript = `
+import json, sys
+import adapter
+out = []
+for item in json.load(sys.stdin):
+    try:
+        kw = adapter.pipeline_kwargs(item["settings"], lambda s: s, size_multiple=(item["multiple"], item["multiple"]))
+        w, h = kw["width"], kw["height"]
+        out.append({"kwargs": kw, "actual": adapter.actual_for(item["settings"], kw["num_frames"], w, h, kw["num_inference_steps"])})
+    except adapter.JobError as e:
+        out.append({"error": e.code, "param": e.param})
+json.dump(out, sys.stdout)
+`
+
+type mapped struct {
+	Kwargs struct {
+		Prompt         string  `json:"prompt"`
+		NegativePrompt string  `json:"negative_prompt"`
+		Height         int     `json:"height"`
+		Width          int     `json:"width"`
+		NumFrames      int     `json:"num_frames"`
+		Steps          int     `json:"num_inference_steps"`
+		GuidanceScale  float64 `json:"guidance_scale"`
+		Generator      int64   `json:"generator"`
+		OutputType     string  `json:"output_type"`
+	} `json:"kwargs"`
+	Actual spec.Actual `json:"actual"`
+	Error  string      `json:"error"`
+	Param  string      `json:"param"`
+}
+
+type mapItem struct {
+	Settings spec.Settings `json:"settings"` // marshalled exactly as server/worker sends it
+	Multiple int           `json:"multiple"`
+}
+
+func runMapping(t *testing.T, items []mapItem) []mapped {
+	t.Helper()
+	in, err := json.Marshal(items)
+	require.NoError(t, err)
+	cmd := exec.Command(python(t), "-c", mapScript)
+	cmd.Stdin = bytes.NewReader(in)
+	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	require.NoError(t, err, stderr.String())
+	var got []mapped
+	require.NoError(t, json.Unmarshal(out, &got), string(out))
+	require.Len(t, got, len(items))
+	return got
+}
+
+func TestAdapterMapsEveryDeclaredSetting(t *testing.T) {
+	var items []mapItem
+	var want []spec.Settings
+	for _, e := range Entries() {
+		p, ok := pinned[e.ID]
+		require.True(t, ok, "no pinned facts for %s in this test", e.ID)
+		assert.Contains(t, e.NativeTask, "flow_shift "+p.flowShift, e.ID)
+		add := func(s spec.Settings) {
+			items = append(items, mapItem{s, p.multiple})
+			want = append(want, s)
+		}
+		add(e.Defaults)
+		for _, size := range e.Controls.Sizes {
+			s := e.Defaults
+			s.Size, s.NegativePrompt, s.Seed = size, "blurry, static", -7
+			add(s)
+		}
+		s := e.Defaults
+		s.NumFrames, s.Steps, s.Guidance, s.Seed = e.Controls.Frames.Range.Max, e.Controls.Steps.Min, e.Controls.Guidance.Max, 1<<62
+		add(s)
+	}
+	for i, got := range runMapping(t, items) {
+		s := want[i]
+		require.Empty(t, got.Error, "%+v rejected (%s)", s, got.Param)
+		k := got.Kwargs
+		assert.Equal(t, s.Prompt, k.Prompt)
+		assert.Equal(t, s.NegativePrompt, k.NegativePrompt)
+		assert.Equal(t, [2]int{s.Size.W, s.Size.H}, [2]int{k.Width, k.Height})
+		assert.Equal(t, s.NumFrames, k.NumFrames)
+		assert.Equal(t, s.Steps, k.Steps)
+		assert.Equal(t, s.Guidance, k.GuidanceScale)
+		assert.Equal(t, s.Seed, k.Generator)
+		assert.Equal(t, "np", k.OutputType)
+		// What the adapter reports for a clip of exactly the asked shape is what the server
+		// checks against the request.
+		assert.Equal(t, spec.Actual{NumFrames: s.NumFrames, Width: s.Size.W, Height: s.Size.H, FPS: s.FPS,
+			DurationS: float64(s.NumFrames) / float64(s.FPS), Steps: s.Steps, Guidance: s.Guidance, Seed: s.Seed,
+			Precision: "bf16"}, got.Actual)
+	}
+}
+
+func TestAdapterFrameRuleAgreesWithTheRows(t *testing.T) {
+	e := Entries()[0]
+	var items []mapItem
+	for n := e.Controls.Frames.Range.Min - 4; n <= e.Controls.Frames.Range.Max; n++ {
+		s := e.Defaults
+		s.NumFrames = n
+		items = append(items, mapItem{s, 16})
+	}
+	for i, got := range runMapping(t, items) {
+		n := items[i].Settings.NumFrames
+		inRange := n >= e.Controls.Frames.Range.Min
+		if got.Error == "" {
+			assert.True(t, !inRange || frames4k1.Allows(n), "adapter accepts %d frames, the row does not", n)
+			assert.Zero(t, (n-1)%4, "adapter accepts %d frames", n)
+		} else {
+			assert.False(t, frames4k1.Allows(n), "adapter rejects %d frames, the row allows them", n)
+			assert.Equal(t, "unsupported_value", got.Error)
+			assert.Equal(t, "num_frames", got.Param)
+		}
+	}
+}
+
+// TestWorkerArgvStartsTheAdapter runs the argv the rows will use, with an empty bundles root:
+// the adapter must answer with exactly one fatal line on stdout naming the missing bundle, and
+// exit 1, before it ever imports torch.
+func TestWorkerArgvStartsTheAdapter(t *testing.T) {
+	python(t)
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	require.NoError(t, err)
+	bundles := t.TempDir()
+	for _, e := range Entries() {
+		argv := Worker(root, pinned[e.ID].flowShift, e.Bundle)
+		require.Equal(t, "python3", argv[0])
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Dir = t.TempDir() // mediaserve's working directory is not the repository
+		cmd.Env = append(os.Environ(), "MEDIAQUAL_BUNDLES="+bundles, "MEDIAQUAL_BUNDLE=", "PYTHONDONTWRITEBYTECODE=1")
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		var exit *exec.ExitError
+		require.ErrorAs(t, err, &exit, "stderr: %s", stderr.String())
+		assert.Equal(t, 1, exit.ExitCode())
+		lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+		require.Len(t, lines, 1, "stdout is protocol only: %q", stdout.String())
+		var ev struct{ Event, Message string }
+		require.NoError(t, json.Unmarshal([]byte(lines[0]), &ev))
+		assert.Equal(t, "fatal", ev.Event)
+		assert.Contains(t, ev.Message, filepath.Join(bundles, e.Bundle))
+		assert.Contains(t, stderr.String(), "load failed")
+	}
+}

@@ -1,0 +1,650 @@
+"""Tests of the Wan adapter and the L0 bundle builder that need no torch, diffusers or numpy.
+
+Run from the repository root or from models/wan:  python3 -m unittest -v test_adapter
+(models/wan/adapter_test.go runs it under `go test ./...`).
+"""
+
+import io
+import json
+import os
+import queue
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import adapter  # noqa: E402
+import build_l0  # noqa: E402
+
+try:
+    import numpy  # noqa: F401
+
+    HAVE_NUMPY = True
+except ImportError:
+    HAVE_NUMPY = False
+
+
+def settings(**over):
+    s = {
+        "prompt": "a red fox in snow",
+        "size": "832x480",
+        "num_frames": 17,
+        "fps": 16,
+        "num_inference_steps": 30,
+        "guidance": 5,
+        "seed": 42,
+    }
+    s.update(over)
+    return s
+
+
+def gen(seed):
+    return ("generator", seed)
+
+
+class MappingTest(unittest.TestCase):
+    def test_settings_to_kwargs(self):
+        kw = adapter.pipeline_kwargs(settings(negative_prompt="blurry"), gen)
+        self.assertEqual(kw, {
+            "prompt": "a red fox in snow",
+            "negative_prompt": "blurry",
+            "height": 480,
+            "width": 832,
+            "num_frames": 17,
+            "num_inference_steps": 30,
+            "guidance_scale": 5.0,
+            "generator": ("generator", 42),
+            "output_type": "np",
+        })
+        self.assertIsInstance(kw["guidance_scale"], float)
+        self.assertNotIn("fps", kw, "fps is a container property, not a pipeline argument")
+
+    def test_portrait_size_is_height_by_width(self):
+        kw = adapter.pipeline_kwargs(settings(size="480x832"), gen)
+        self.assertEqual((kw["width"], kw["height"]), (480, 832))
+
+    def test_negative_prompt_default_is_empty(self):
+        self.assertEqual(adapter.pipeline_kwargs(settings(), gen)["negative_prompt"], "")
+        self.assertEqual(adapter.pipeline_kwargs(settings(negative_prompt=None), gen)["negative_prompt"], "")
+
+    def test_seed_goes_to_the_generator(self):
+        seen = []
+        adapter.pipeline_kwargs(settings(seed=7), lambda s: seen.append(s))
+        adapter.pipeline_kwargs(settings(seed=-3), lambda s: seen.append(s))
+        adapter.pipeline_kwargs(settings(seed=(1 << 63) - 1), lambda s: seen.append(s))
+        self.assertEqual(seen, [7, -3, (1 << 63) - 1])
+
+    def test_seed_must_be_int64(self):
+        for bad in (1.5, "42", True, 1 << 63, None):
+            with self.subTest(seed=bad):
+                with self.assertRaises(adapter.JobError) as cm:
+                    adapter.pipeline_kwargs(settings(seed=bad), gen)
+                self.assertEqual(cm.exception.param, "seed")
+        with self.assertRaises(adapter.JobError):
+            s = settings()
+            del s["seed"]
+            adapter.pipeline_kwargs(s, gen)
+
+    def test_frames_must_be_4k_plus_1(self):
+        for n in (1, 5, 17, 81, 121):
+            self.assertEqual(adapter.pipeline_kwargs(settings(num_frames=n), gen)["num_frames"], n)
+        for n in (0, 2, 4, 16, 18, 120, -3):
+            with self.subTest(num_frames=n):
+                with self.assertRaises(adapter.JobError) as cm:
+                    adapter.pipeline_kwargs(settings(num_frames=n), gen)
+                self.assertEqual(cm.exception.code, "unsupported_value")
+                self.assertEqual(cm.exception.param, "num_frames")
+        with self.assertRaises(adapter.JobError) as cm:
+            adapter.pipeline_kwargs(settings(num_frames=16), gen)
+        self.assertIn("4k+1", cm.exception.message)
+        self.assertIn("13", cm.exception.message, "says what diffusers would have produced")
+
+    def test_frame_step_from_the_backend(self):
+        adapter.pipeline_kwargs(settings(num_frames=9), gen, frame_step=8)
+        with self.assertRaises(adapter.JobError):
+            adapter.pipeline_kwargs(settings(num_frames=13), gen, frame_step=8)
+
+    def test_size_multiple_is_not_rounded(self):
+        adapter.pipeline_kwargs(settings(size="1280x704"), gen, size_multiple=(32, 32))
+        with self.assertRaises(adapter.JobError) as cm:
+            adapter.pipeline_kwargs(settings(size="848x480"), gen, size_multiple=(32, 32))
+        self.assertEqual(cm.exception.code, "unsupported_value")
+        self.assertEqual(cm.exception.param, "size")
+        adapter.pipeline_kwargs(settings(size="848x480"), gen)  # Wan2.1: 16
+        with self.assertRaises(adapter.JobError):
+            adapter.pipeline_kwargs(settings(size="840x480"), gen)
+
+    def test_malformed_settings(self):
+        cases = {
+            "size": ["832", "832x", "x480", "0x480", "832X480", "-832x480", 832, None, "８32x480"],
+            "num_inference_steps": [0, -1, 2.0, "30", None],
+            "fps": [0, 16.0, None],
+            "guidance": ["5", None, True, float("nan"), float("inf")],
+            "prompt": [None, 3],
+        }
+        for key, values in cases.items():
+            for v in values:
+                with self.subTest(key=key, value=v):
+                    with self.assertRaises(adapter.JobError) as cm:
+                        adapter.pipeline_kwargs(settings(**{key: v}), gen)
+                    self.assertEqual(cm.exception.param, key)
+        with self.assertRaises(adapter.JobError):
+            adapter.pipeline_kwargs(None, gen)
+        with self.assertRaises(adapter.JobError):
+            adapter.pipeline_kwargs(settings(negative_prompt=5), gen)
+
+    def test_actual(self):
+        a = adapter.actual_for(settings(), 17, 832, 480, 30)
+        self.assertEqual(a, {
+            "num_frames": 17, "width": 832, "height": 480, "fps": 16, "duration_s": 1.0625,
+            "num_inference_steps": 30, "guidance": 5.0, "seed": 42, "precision": "bf16",
+        })
+        b = adapter.actual_for(settings(size="1280x704", num_frames=121, fps=24, guidance=3.5), 121, 1280, 704, 50)
+        self.assertEqual(b["duration_s"], 121 / 24)
+        self.assertEqual((b["fps"], b["guidance"], b["num_inference_steps"]), (24, 3.5, 50))
+
+
+class Rgb24Test(unittest.TestCase):
+    def test_quantize(self):
+        q = adapter.quantize
+        self.assertEqual([q(0.0), q(1.0), q(-0.5), q(1.5), q(0.5), q(1 / 255), q(254.5 / 255)],
+                         [0, 255, 0, 255, 128, 1, 254])  # 127.5 and 254.5 round half to even
+        for bad in (float("nan"), float("inf"), float("-inf")):
+            with self.assertRaises(adapter.JobError) as cm:
+                q(bad)
+            self.assertEqual(cm.exception.code, "non_finite_output")
+
+    def test_layout(self):
+        # 2 frames, 2 rows, 3 columns: row-major, frame after frame, R G B.
+        video = [[[[f, y / 2, x / 4] for x in range(3)] for y in range(2)] for f in (0.0, 1.0)]
+        self.assertEqual(adapter.video_shape(video), (2, 2, 3, 3))
+        data = adapter.rgb24(video)
+        self.assertEqual(len(data), 2 * 2 * 3 * 3)
+        self.assertEqual(list(data[:9]), [0, 0, 0, 0, 0, 64, 0, 0, 128])
+        self.assertEqual(list(data[9:12]), [0, 128, 0])
+        self.assertEqual(list(data[18:21]), [255, 0, 0])
+
+    def test_bad_shapes(self):
+        for v in ([[[[0, 0]]]], [[[0, 0, 0]]], []):
+            with self.assertRaises(adapter.JobError):
+                adapter.rgb24(v)
+
+    @unittest.skipUnless(HAVE_NUMPY, "numpy not installed")
+    def test_numpy_path_matches_the_pure_path(self):
+        import numpy as np
+
+        rng = np.random.default_rng(1)
+        arr = rng.uniform(-0.2, 1.2, size=(3, 4, 5, 3)).astype(np.float32)
+        arr[0, 0, 0] = [0.5, 1 / 255, 254.5 / 255]
+        self.assertEqual(bytes(adapter.rgb24(arr)), adapter.rgb24(arr.astype(np.float64).tolist()))
+        arr[1, 1, 1, 1] = np.nan
+        with self.assertRaises(adapter.JobError):
+            adapter.rgb24(arr)
+
+
+class FakePipe:
+    """Stands in for WanPipeline: calls callback_on_step_end per step, returns frames whose pixels
+    depend on the seed only through the generator (so equal seeds give equal bytes)."""
+
+    def __init__(self, step_delay=0.0, fail=None):
+        self.calls = []
+        self.step_delay = step_delay
+        self.fail = fail
+        self._interrupt = False
+        self.started = threading.Event()
+
+    def __call__(self, **kw):
+        self.calls.append(kw)
+        self._interrupt = False
+        self.started.set()
+        if self.fail:
+            raise self.fail
+        for i in range(kw["num_inference_steps"]):
+            if self._interrupt:
+                continue
+            time.sleep(self.step_delay)
+            kw["callback_on_step_end"](self, i, 1000 - i, {})
+        _, seed = kw["generator"]
+        f, h, w = kw["num_frames"], kw["height"], kw["width"]
+        return [[[[((seed + fi + y + x) % 5) / 4, y / max(h - 1, 1), x / max(w - 1, 1)]
+                  for x in range(w)] for y in range(h)] for fi in range(f)]
+
+
+class FakeBackend:
+    precision = "bf16"
+    size_multiple = (16, 16)
+    frame_step = 4
+
+    def __init__(self, pipe):
+        self.pipe = pipe
+        self.events = []
+
+    def generator(self, seed):
+        return ("generator", seed)
+
+    def call(self, kwargs):
+        self.events.append("call")
+        return self.pipe(**kwargs)
+
+    def synchronize(self):
+        self.events.append("sync")
+
+    def reset_peak(self):
+        self.events.append("reset_peak")
+
+    def peak_memory_mb(self):
+        return 1234.5
+
+    def is_oom(self, exc):
+        return "out of memory" in str(exc)
+
+    def recover(self):
+        self.events.append("recover")
+
+    def ready_info(self):
+        return {"weights": "fake"}
+
+
+class PipeIn:
+    """A blocking line source for the worker's reader thread (stdin)."""
+
+    def __init__(self):
+        self.q = queue.Queue()
+
+    def send(self, obj):
+        self.q.put((json.dumps(obj) if not isinstance(obj, str) else obj) + "\n")
+
+    def close(self):
+        self.q.put(None)
+
+    def __iter__(self):
+        while True:
+            line = self.q.get()
+            if line is None:
+                return
+            yield line.encode()
+
+
+class LineOut(io.TextIOBase):
+    """Collects the worker's stdout lines; next_event waits for one."""
+
+    def __init__(self):
+        self.buf = ""
+        self.lines = queue.Queue()
+        self.all = []
+
+    def write(self, s):
+        self.buf += s
+        while "\n" in self.buf:
+            line, self.buf = self.buf.split("\n", 1)
+            ev = json.loads(line)  # every stdout line must be JSON
+            self.all.append(ev)
+            self.lines.put(ev)
+        return len(s)
+
+    def flush(self):
+        pass
+
+    def next_event(self, timeout=5):
+        return self.lines.get(timeout=timeout)
+
+
+class ProtocolTest(unittest.TestCase):
+    def start(self, pipe=None, load=None, clock=time.perf_counter):
+        self.pipe = pipe or FakePipe()
+        self.backend = FakeBackend(self.pipe)
+        self.inp, self.out = PipeIn(), LineOut()
+        self.worker = adapter.Worker(self.out, load or (lambda: self.backend), clock=clock)
+        self.rc = []
+        self.thread = threading.Thread(target=lambda: self.rc.append(self.worker.serve(self.inp)), daemon=True)
+        self.thread.start()
+        self.tmp = tempfile.mkdtemp()
+        self.addCleanup(lambda: [os.remove(os.path.join(self.tmp, f)) for f in os.listdir(self.tmp)] and None)
+
+    def stop(self):
+        self.inp.close()
+        self.thread.join(5)
+        self.assertFalse(self.thread.is_alive(), "worker did not exit on stdin EOF")
+        self.assertEqual(self.rc, [0])
+
+    def output(self, name):
+        p = os.path.join(self.tmp, name)
+        open(p, "wb").close()  # the server creates it, empty
+        return p
+
+    def until(self, event, job_id):
+        progress = []
+        while True:
+            ev = self.out.next_event()
+            if ev.get("id") != job_id:
+                continue
+            if ev["event"] == "progress":
+                progress.append(ev)
+                continue
+            self.assertEqual(ev["event"], event, ev)
+            return ev, progress
+
+    def test_ready_run_result(self):
+        ticks = iter([10.0, 10.5])
+        self.start(clock=lambda: next(ticks))
+        ready = self.out.next_event()
+        self.assertEqual(ready["event"], "ready")
+        self.assertEqual(ready["precision"], "bf16")
+        self.assertEqual(ready["pid"], os.getpid())
+        out = self.output("job-1.rgb")
+        self.inp.send({"op": "run", "id": "job-1", "settings": settings(size="32x16", num_frames=5, num_inference_steps=3), "output": out})
+        res, progress = self.until("result", "job-1")
+        self.assertEqual([(p["done"], p["total"]) for p in progress], [(1, 3), (2, 3), (3, 3)])
+        self.assertEqual((res["frames"], res["width"], res["height"]), (5, 32, 16))
+        self.assertEqual(res["actual"], {
+            "num_frames": 5, "width": 32, "height": 16, "fps": 16, "duration_s": 5 / 16,
+            "num_inference_steps": 3, "guidance": 5.0, "seed": 42, "precision": "bf16"})
+        self.assertEqual(res["task_wall_ms"], 500.0)
+        self.assertEqual(res["peak_memory_mb"], 1234.5)
+        self.assertEqual(os.path.getsize(out), 5 * 16 * 32 * 3)
+        self.assertEqual(self.backend.events, ["reset_peak", "call", "sync"], "clock stops after synchronize")
+        kw = self.pipe.calls[0]
+        self.assertEqual((kw["height"], kw["width"], kw["generator"]), (16, 32, ("generator", 42)))
+        self.stop()
+
+    def test_same_seed_same_bytes(self):
+        self.start()
+        self.out.next_event()
+        outs = []
+        for i, seed in enumerate((42, 42, 43)):
+            out = self.output("j%d.rgb" % i)
+            self.inp.send({"op": "run", "id": "j%d" % i, "settings": settings(size="16x16", num_frames=5, num_inference_steps=1, seed=seed), "output": out})
+            self.until("result", "j%d" % i)
+            with open(out, "rb") as f:
+                outs.append(f.read())
+        self.assertEqual(outs[0], outs[1])
+        self.assertNotEqual(outs[0], outs[2])
+        self.stop()
+
+    def test_bad_frames_is_an_error_and_the_worker_goes_on(self):
+        self.start()
+        self.out.next_event()
+        out = self.output("bad.rgb")
+        self.inp.send({"op": "run", "id": "bad", "settings": settings(num_frames=16), "output": out})
+        err, progress = self.until("error", "bad")
+        self.assertEqual(err["code"], "unsupported_value")
+        self.assertEqual(err["param"], "num_frames")
+        self.assertIn("4k+1", err["message"])
+        self.assertEqual(progress, [])
+        self.assertEqual(self.pipe.calls, [], "the pipeline never ran")
+        self.assertEqual(os.path.getsize(out), 0)
+        self.inp.send({"op": "run", "id": "ok", "settings": settings(size="16x16", num_frames=5, num_inference_steps=1), "output": self.output("ok.rgb")})
+        self.until("result", "ok")
+        self.stop()
+
+    def test_cancel_between_steps(self):
+        self.start(pipe=FakePipe(step_delay=0.02))
+        self.out.next_event()
+        self.inp.send({"op": "run", "id": "long", "settings": settings(size="16x16", num_frames=5, num_inference_steps=200), "output": self.output("long.rgb")})
+        first = self.out.next_event()
+        self.assertEqual((first["event"], first["done"]), ("progress", 1))
+        self.inp.send({"op": "cancel", "id": "long"})
+        err, progress = self.until("error", "long")
+        self.assertEqual(err["code"], "cancelled")
+        self.assertLess(len(progress) + 1, 200, "stopped early")
+        self.assertIn("cancelled at step", err["message"])
+        # A late cancel for a job that ended is ignored; the next job runs normally.
+        self.inp.send({"op": "cancel", "id": "long"})
+        self.inp.send({"op": "run", "id": "next", "settings": settings(size="16x16", num_frames=5, num_inference_steps=2), "output": self.output("next.rgb")})
+        res, _ = self.until("result", "next")
+        self.assertEqual(res["frames"], 5)
+        self.stop()
+
+    def test_cancel_of_a_queued_job(self):
+        self.start(pipe=FakePipe(step_delay=0.01))
+        self.out.next_event()
+        self.inp.send({"op": "run", "id": "a", "settings": settings(size="16x16", num_frames=5, num_inference_steps=20), "output": self.output("a.rgb")})
+        self.inp.send({"op": "run", "id": "b", "settings": settings(size="16x16", num_frames=5, num_inference_steps=20), "output": self.output("b.rgb")})
+        self.inp.send({"op": "cancel", "id": "b"})
+        self.until("result", "a")
+        err, progress = self.until("error", "b")
+        self.assertEqual((err["code"], progress), ("cancelled", []))
+        self.stop()
+
+    def test_eof_drops_the_running_job_and_exits_0(self):
+        self.start(pipe=FakePipe(step_delay=0.02))
+        self.out.next_event()
+        self.inp.send({"op": "run", "id": "x", "settings": settings(size="16x16", num_frames=5, num_inference_steps=500), "output": self.output("x.rgb")})
+        self.assertTrue(self.pipe.started.wait(5))
+        t0 = time.time()
+        self.stop()
+        self.assertLess(time.time() - t0, 3)
+
+    def test_junk_lines_are_ignored(self):
+        self.start()
+        self.out.next_event()
+        for junk in ("not json", "[1,2]", '{"op":"run"}', '{"op":"dance","id":"z"}', '{"op":"cancel","id":"nobody"}'):
+            self.inp.send(junk)
+        self.inp.send({"op": "run", "id": "r", "settings": settings(size="16x16", num_frames=1, num_inference_steps=1), "output": self.output("r.rgb")})
+        res, _ = self.until("result", "r")
+        self.assertEqual(res["frames"], 1)
+        self.stop()
+
+    def test_missing_output_and_bad_settings(self):
+        self.start()
+        self.out.next_event()
+        self.inp.send({"op": "run", "id": "o", "settings": settings()})
+        err, _ = self.until("error", "o")
+        self.assertEqual(err["code"], "invalid_request")
+        self.inp.send({"op": "run", "id": "s", "settings": "nope", "output": self.output("s.rgb")})
+        err, _ = self.until("error", "s")
+        self.assertEqual(err["code"], "invalid_request")
+        self.stop()
+
+    def test_pipeline_failures(self):
+        self.start(pipe=FakePipe(fail=RuntimeError("CUDA out of memory. Tried to allocate 2 GiB")))
+        self.out.next_event()
+        self.inp.send({"op": "run", "id": "m", "settings": settings(), "output": self.output("m.rgb")})
+        err, _ = self.until("error", "m")
+        self.assertEqual(err["code"], "out_of_memory")
+        self.assertIn("recover", self.backend.events)
+        self.pipe.fail = ValueError("boom")
+        self.inp.send({"op": "run", "id": "v", "settings": settings(), "output": self.output("v.rgb")})
+        err, _ = self.until("error", "v")
+        self.assertEqual(err["code"], "pipeline_error")
+        self.assertIn("boom", err["message"])
+        self.stop()
+
+    def test_non_finite_frames(self):
+        class NaNPipe(FakePipe):
+            def __call__(self, **kw):
+                return [[[[float("nan"), 0.0, 0.0]]]]
+
+        self.start(pipe=NaNPipe())
+        self.out.next_event()
+        self.inp.send({"op": "run", "id": "n", "settings": settings(size="16x16", num_frames=1), "output": self.output("n.rgb")})
+        err, _ = self.until("error", "n")
+        self.assertEqual(err["code"], "non_finite_output")
+        self.stop()
+
+    def test_load_failure_is_fatal(self):
+        def load():
+            raise RuntimeError("no diffusers bundle at '/nowhere'")
+
+        self.start(load=load)
+        ev = self.out.next_event()
+        self.assertEqual(ev["event"], "fatal")
+        self.assertIn("/nowhere", ev["message"])
+        self.thread.join(5)
+        self.assertEqual(self.rc, [1])
+
+
+class ConfigTest(unittest.TestCase):
+    def test_bundle_resolution(self):
+        env = {"MEDIAQUAL_BUNDLES": "/data/bundles"}
+        c = adapter.parse_args(["--flow-shift", "3.0", "--bundle-name", "Wan-AI/Wan2.1-T2V-1.3B-Diffusers"], env)
+        self.assertEqual(c.bundle, "/data/bundles/Wan-AI/Wan2.1-T2V-1.3B-Diffusers")
+        self.assertEqual((c.flow_shift, c.device, c.warmup_steps), (3.0, "cuda:0", 0))
+        c = adapter.parse_args(["--flow-shift", "5", "--bundle-name", "x"], dict(env, MEDIAQUAL_BUNDLE="/b/one", MEDIAQUAL_WAN_DEVICE="cuda:1"))
+        self.assertEqual((c.bundle, c.flow_shift, c.device), ("/b/one", 5.0, "cuda:1"))
+        c = adapter.parse_args(["--flow-shift", "3", "--bundle", "/explicit", "--device", "cpu"], dict(env, MEDIAQUAL_BUNDLE="/b/one"))
+        self.assertEqual((c.bundle, c.device), ("/explicit", "cpu"))
+        self.assertIsNone(adapter.parse_args(["--flow-shift", "3"], {}).bundle)
+
+    def test_missing_bundle_fails_before_importing_torch(self):
+        with self.assertRaises(RuntimeError) as cm:
+            adapter.DiffusersBackend(adapter.Config(os.path.join(tempfile.gettempdir(), "no-such-bundle"), 3.0))
+        self.assertIn("model_index.json", str(cm.exception))
+
+    def test_module_imports_no_torch(self):
+        self.assertNotIn("torch", sys.modules)
+        self.assertNotIn("diffusers", sys.modules)
+
+
+class BuildL0Test(unittest.TestCase):
+    def test_umt5_xxl(self):
+        c = build_l0.umt5_config()
+        for k, v in {"d_model": 4096, "d_ff": 10240, "num_layers": 24, "num_heads": 64, "d_kv": 64,
+                     "vocab_size": 256384, "feed_forward_proj": "gated-gelu",
+                     "relative_attention_num_buckets": 32, "relative_attention_max_distance": 128}.items():
+            self.assertEqual(c[k], v, k)
+        n = build_l0.estimate_umt5_params(c)
+        self.assertAlmostEqual(n / 1e9, 5.68, delta=0.01)
+
+    def test_wan21_transformer(self):
+        c = build_l0.transformer_config("wan2.1-t2v-1.3b")
+        for k, v in {"num_layers": 30, "num_attention_heads": 12, "attention_head_dim": 128, "ffn_dim": 8960,
+                     "in_channels": 16, "out_channels": 16, "text_dim": 4096, "freq_dim": 256,
+                     "patch_size": [1, 2, 2], "qk_norm": "rms_norm_across_heads", "cross_attn_norm": True,
+                     "eps": 1e-6}.items():
+            self.assertEqual(c[k], v, k)
+        self.assertAlmostEqual(build_l0.estimate_transformer_params(c) / 1e9, 1.42, delta=0.01)
+
+    def test_wan22_transformer(self):
+        c = build_l0.transformer_config("wan2.2-ti2v-5b")
+        self.assertEqual((c["num_layers"], c["num_attention_heads"], c["ffn_dim"], c["in_channels"]), (30, 24, 14336, 48))
+        self.assertAlmostEqual(build_l0.estimate_transformer_params(c) / 1e9, 5.0, delta=0.05)
+
+    def test_vaes(self):
+        v = build_l0.vae_config("wan2.1-t2v-1.3b")
+        self.assertEqual((v["base_dim"], v["z_dim"], v["dim_mult"], v["num_res_blocks"], v["temperal_downsample"]),
+                         (96, 16, [1, 2, 4, 4], 2, [False, True, True]))
+        self.assertEqual((len(v["latents_mean"]), len(v["latents_std"])), (16, 16))
+        v = build_l0.vae_config("wan2.2-ti2v-5b")
+        self.assertEqual((v["z_dim"], v["base_dim"], v["decoder_base_dim"], v["patch_size"], v["scale_factor_spatial"]),
+                         (48, 160, 256, 2, 16))
+        self.assertEqual((len(v["latents_mean"]), len(v["latents_std"])), (48, 48))
+        t = build_l0.transformer_config("wan2.2-ti2v-5b")
+        self.assertEqual(t["in_channels"], v["z_dim"])
+
+    def test_scheduler_and_variants(self):
+        s = build_l0.scheduler_config(3.0)
+        self.assertEqual((s["prediction_type"], s["use_flow_sigmas"], s["flow_shift"]), ("flow_prediction", True, 3.0))
+        self.assertEqual(build_l0.VARIANTS["wan2.1-t2v-1.3b"]["flow_shift"], 3.0)
+        self.assertEqual(build_l0.VARIANTS["wan2.2-ti2v-5b"]["flow_shift"], 5.0)
+        self.assertEqual(build_l0.VARIANTS["wan2.1-t2v-1.3b"]["bundle"], "Wan-AI/Wan2.1-T2V-1.3B-Diffusers")
+        self.assertEqual(build_l0.VARIANTS["wan2.2-ti2v-5b"]["bundle"], "Wan-AI/Wan2.2-TI2V-5B-Diffusers")
+
+    def test_tokenizer_vocab(self):
+        v = build_l0.tokenizer_vocab()
+        self.assertEqual(v[:3], ["<pad>", "</s>", "<unk>"])
+        self.assertEqual(len(v), len(set(v)))
+        self.assertLess(len(v), build_l0.umt5_config(tiny=True)["vocab_size"])
+
+    def test_tiny_is_consistent(self):
+        for variant in build_l0.VARIANTS:
+            p = build_l0.plan(variant, tiny=True)
+            self.assertEqual(p["transformer"]["text_dim"], p["text_encoder"]["d_model"])
+            self.assertEqual(p["transformer"]["in_channels"], p["vae"]["z_dim"])
+            self.assertLess(p["estimated_params"]["text_encoder"] + p["estimated_params"]["transformer"], 5e6)
+
+    def test_dry_run_needs_no_torch(self):
+        buf = io.StringIO()
+        old, sys.stdout = sys.stdout, buf
+        try:
+            self.assertEqual(build_l0.main(["--out", "/x", "--dry-run", "--wan22"]), 0)
+        finally:
+            sys.stdout = old
+        self.assertIn("/x/Wan-AI/Wan2.2-TI2V-5B-Diffusers", buf.getvalue())
+        self.assertNotIn("torch", sys.modules)
+
+    def test_marker(self):
+        text = build_l0.marker_text(build_l0.plan("wan2.1-t2v-1.3b"), 0, {"transformer": 1})
+        self.assertIn("RANDOM weights", text)
+        self.assertIn("never", text.lower())
+
+
+def _have(*mods):
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) is not None for m in mods)
+
+
+@unittest.skipUnless(_have("torch", "diffusers", "transformers", "accelerate", "numpy"),
+                     "needs torch, diffusers, transformers, accelerate and numpy (the GPU host's stack)")
+class TinyPipelineTest(unittest.TestCase):
+    """The real path end to end, on CPU: build_l0.py --tiny writes a bundle, adapter.py (a
+    subprocess, as mediaserve runs it) loads it with diffusers and serves jobs over the protocol.
+    Skipped where the stack is absent (CI); run it on the GPU host after installing the kit."""
+
+    @classmethod
+    def setUpClass(cls):
+        import subprocess
+
+        here = os.path.dirname(os.path.abspath(__file__))
+        cls.tmp = tempfile.mkdtemp()
+        subprocess.run([sys.executable, os.path.join(here, "build_l0.py"), "--tiny", "--device", "cpu", "--out", cls.tmp],
+                       check=True, stdout=subprocess.DEVNULL)
+        bundle = os.path.join(cls.tmp, build_l0.VARIANTS["wan2.1-t2v-1.3b"]["bundle"])
+        cls.proc = subprocess.Popen(
+            [sys.executable, os.path.join(here, "adapter.py"), "--bundle", bundle, "--flow-shift", "3.0", "--device", "cpu"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1)
+
+    @classmethod
+    def tearDownClass(cls):
+        import shutil
+
+        if cls.proc.poll() is None:
+            cls.proc.kill()
+            cls.proc.wait()
+        cls.proc.stdout.close()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def recv(self):
+        line = self.proc.stdout.readline()
+        self.assertTrue(line, "worker closed stdout")
+        return json.loads(line)
+
+    def job(self, job_id, **over):
+        out = os.path.join(self.tmp, job_id + ".rgb")
+        open(out, "wb").close()
+        s = settings(size="64x48", num_frames=5, num_inference_steps=2)
+        s.update(over)
+        self.proc.stdin.write(json.dumps({"op": "run", "id": job_id, "settings": s, "output": out}) + "\n")
+        self.proc.stdin.flush()
+        while True:
+            ev = self.recv()
+            if ev["event"] != "progress":
+                with open(out, "rb") as f:
+                    return ev, f.read()
+
+    def test_protocol_over_the_real_pipeline(self):
+        ready = self.recv()
+        self.assertEqual((ready["event"], ready["precision"], ready["weights"]), ("ready", "bf16", "L0-random"))
+        ev, data = self.job("a")
+        self.assertEqual(ev["event"], "result", ev)
+        self.assertEqual((ev["frames"], ev["width"], ev["height"]), (5, 64, 48))
+        self.assertEqual(len(data), 5 * 48 * 64 * 3)
+        self.assertEqual(ev["actual"]["num_inference_steps"], 2)
+        _, again = self.job("b")
+        self.assertEqual(data, again, "same seed, same frames")
+        _, other = self.job("c", seed=43)
+        self.assertNotEqual(data, other)
+        ev, _ = self.job("d", num_frames=16)
+        self.assertEqual((ev["event"], ev["code"]), ("error", "unsupported_value"))
+        ev, data = self.job("e", size="48x64", num_frames=9)
+        self.assertEqual((ev["frames"], ev["width"], ev["height"], len(data)), (9, 48, 64, 9 * 64 * 48 * 3))
+        self.proc.stdin.close()
+        self.assertEqual(self.proc.wait(30), 0)
+
+
+if __name__ == "__main__":
+    unittest.main()

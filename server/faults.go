@@ -1,0 +1,161 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"image"
+	"image/draw"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"mediaqual/models/spec"
+)
+
+// Faults are deliberately broken behaviours, each switched on with `mediaserve -fault NAME`,
+// that exist to prove the qualification suite catches what it claims to (docs/FAULTS.md). Off
+// by default; when on, /v1/models names the fault on every model.
+var Faults = map[string]string{
+	"ignore-reference":    "edits run on a flat grey image instead of the uploaded reference",
+	"edit-unchanged":      "edits return the reference itself, resized",
+	"wrong-frame-count":   "the MP4 loses its last frame after the frame check",
+	"wrong-fps":           "the MP4 is written at twice the asked fps",
+	"wrong-size":          "frames are cropped 16 pixels narrower before encoding",
+	"nondeterministic":    "a few pixels of every output get random values",
+	"corrupt-mp4":         "the MP4 is truncated to half its length after encoding",
+	"job-fails":           "every job fails",
+	"job-hangs":           "every job hangs until it is cancelled",
+	"poll-500":            "the first poll of every unfinished job answers 500",
+	"artifact-missing":    "the artifact file disappears when its job completes",
+	"delete-leaves-files": "DELETE answers deleted but leaves the artifact on disk",
+	"latency-spike":       "the third job waits 3 s before its Task runs",
+}
+
+// FaultNames lists the faults, sorted.
+func FaultNames() []string {
+	names := make([]string, 0, len(Faults))
+	for n := range Faults {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// fault is the switched-on fault; a nil *fault is the healthy server, and every method is a
+// no-op on it.
+type fault struct {
+	name   string
+	jobs   atomic.Int64
+	polled sync.Map // job id -> struct{}: for poll-500, which fails only the first poll
+}
+
+func newFault(name string) (*fault, error) {
+	if name == "" {
+		return nil, nil
+	}
+	if _, ok := Faults[name]; !ok {
+		return nil, fmt.Errorf("unknown fault %q; known: %s", name, strings.Join(FaultNames(), ", "))
+	}
+	return &fault{name: name}, nil
+}
+
+func (f *fault) is(name string) bool { return f != nil && f.name == name }
+
+// task wraps the model's Task for faults that act on the native call itself.
+func (f *fault) task(t spec.Task) spec.Task {
+	if f == nil {
+		return t
+	}
+	return faultyTask{t, f}
+}
+
+type faultyTask struct {
+	spec.Task
+	f *fault
+}
+
+func (t faultyTask) Run(ctx context.Context, req spec.Request) (spec.Output, error) {
+	n := t.f.jobs.Add(1)
+	switch {
+	case t.f.is("job-fails"):
+		return spec.Output{}, &spec.Error{Code: "injected_fault", Message: "fault job-fails"}
+	case t.f.is("job-hangs"):
+		<-ctx.Done()
+		return spec.Output{}, ctx.Err()
+	case t.f.is("latency-spike") && n == 3:
+		select {
+		case <-time.After(3 * time.Second):
+		case <-ctx.Done():
+			return spec.Output{}, ctx.Err()
+		}
+	case t.f.is("ignore-reference") && req.Reference != nil:
+		b := req.Reference.Bounds()
+		grey := image.NewRGBA(image.Rect(0, 0, b.Dx(), b.Dy()))
+		for i := range grey.Pix {
+			grey.Pix[i] = 128
+		}
+		req.Reference = grey
+	}
+	return t.Task.Run(ctx, req)
+}
+
+// frames tampers with checked output just before it is encoded, where the server's own
+// checks can no longer see it.
+func (f *fault) frames(frames []*image.RGBA, req spec.Request) []*image.RGBA {
+	switch {
+	case f.is("wrong-frame-count") && len(frames) > 1:
+		return frames[:len(frames)-1]
+	case f.is("wrong-size"):
+		out := make([]*image.RGBA, len(frames))
+		for i, fr := range frames {
+			c := image.NewRGBA(image.Rect(0, 0, fr.Rect.Dx()-16, fr.Rect.Dy()))
+			draw.Draw(c, c.Rect, fr, image.Point{}, draw.Src)
+			out[i] = c
+		}
+		return out
+	case f.is("nondeterministic"):
+		for _, fr := range frames {
+			for k := 0; k < 16; k++ {
+				fr.Pix[rand.IntN(len(fr.Pix)/4)*4] = uint8(rand.IntN(256))
+			}
+		}
+	case f.is("edit-unchanged") && req.Reference != nil && len(frames) == 1:
+		out := image.NewRGBA(frames[0].Rect)
+		draw.Draw(out, out.Rect, req.Reference, req.Reference.Bounds().Min, draw.Src)
+		return []*image.RGBA{out}
+	}
+	return frames
+}
+
+// fps is the rate the encoder writes.
+func (f *fault) fps(fps int) int {
+	if f.is("wrong-fps") {
+		return 2 * fps
+	}
+	return fps
+}
+
+// encoded acts on the finished file.
+func (f *fault) encoded(path string) error {
+	if !f.is("corrupt-mp4") {
+		return nil
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	return os.Truncate(path, st.Size()/2)
+}
+
+// failPoll reports whether this poll of an unfinished job answers 500.
+func (f *fault) failPoll(j *job) bool {
+	if !f.is("poll-500") || j.status == "completed" || j.status == "failed" {
+		return false
+	}
+	_, seen := f.polled.LoadOrStore(j.id, struct{}{})
+	return !seen
+}
