@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -92,6 +93,11 @@ func (q *qualification) inventory(t *testing.T) (string, error) {
 		if err := gpuPreCheck(q.entry); err != nil {
 			return "", err
 		}
+		// A bundle of random weights proves mechanics and timing only; every report says so.
+		if _, err := os.Stat(filepath.Join(os.Getenv("MEDIAQUAL_BUNDLES"), q.entry.Bundle, l0Marker)); err == nil {
+			q.row.Profile = "L0-random"
+			q.row.Label = reports.Label(q.row.Profile)
+		}
 	}
 	if q.entry.Status == spec.Excluded {
 		return q.entry.Note, nil
@@ -169,6 +175,7 @@ func (q *qualification) runNative(t *testing.T, it workItem) (nativeResult, erro
 		args = append(args, "-reference", ref)
 	}
 	cmd := exec.CommandContext(q.ctx, mediaserveBin, args...)
+	cmd.Env = append(os.Environ(), rootEnv())
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nativeResult{}, fmt.Errorf("native path %s: %v\n%s", it.key, err, out)
 	}
@@ -255,7 +262,7 @@ func decodedDigests(ctx context.Context, path string, w spec.Capability) ([]stri
 func (q *qualification) serve(t *testing.T) (string, error) {
 	s := &servedModel{artifactDir: filepath.Join(q.dir, "artifacts"), ledgerPath: filepath.Join(q.dir, "ledger.jsonl")}
 	cfg := launch.Config{
-		Binary: mediaserveBin, URLFromStdout: true, Dir: q.dir, GPUs: os.Getenv("MEDIAQUAL_GPUS"),
+		Binary: mediaserveBin, URLFromStdout: true, Dir: q.dir, GPUs: os.Getenv("MEDIAQUAL_GPUS"), Env: []string{rootEnv()},
 		Args: []string{"-port", "0", "-model", q.entry.ID, "-artifact-dir", s.artifactDir, "-ledger", s.ledgerPath},
 	}
 	if f := os.Getenv(envFault); f != "" {
@@ -561,6 +568,16 @@ func (q *qualification) cleanup(t *testing.T) (string, error) {
 	return fmt.Sprintf("%d jobs deleted; no artifact left; clean exit", len(ids)), nil
 }
 
+// l0Marker is the file an L0 bundle (random weights, models/<family>/build_l0.py) carries.
+const l0Marker = "L0-RANDOM.txt"
+
+// rootEnv tells mediaserve where the module is, so a family's worker script is found whatever
+// directory the server runs in.
+func rootEnv() string {
+	root, _ := os.Getwd() // go test runs the root package in the module root
+	return "MEDIAQUAL_ROOT=" + root
+}
+
 func listDir(dir string) ([]string, error) {
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
@@ -574,7 +591,7 @@ func listDir(dir string) ([]string, error) {
 }
 
 func versions() map[string]string {
-	v := map[string]string{"go": goVersion()}
+	v := map[string]string{"go": runtime.Version()}
 	if out, err := exec.Command("ffmpeg", "-version").Output(); err == nil {
 		v["ffmpeg"] = strings.TrimPrefix(strings.SplitN(string(out), " Copyright", 2)[0], "ffmpeg version ")
 	}
@@ -582,14 +599,6 @@ func versions() map[string]string {
 		v["mediaserve"] = digest(b)[:12]
 	}
 	return v
-}
-
-func goVersion() string {
-	out, err := exec.Command("go", "env", "GOVERSION").Output()
-	if err != nil {
-		return "unknown"
-	}
-	return strings.TrimSpace(string(out))
 }
 
 func loadGoldens(e spec.Entry) (map[string]string, bool, error) {

@@ -53,10 +53,28 @@ func buildModel(cp spec.Checkpoint, scratch string, log *slog.Logger) (server.Mo
 		return server.Model{}, fmt.Errorf("%s has neither an in-process Task nor a worker command", cp.ID)
 	}
 	t := worker.New(worker.Config{
-		Argv: cp.Worker, ScratchDir: filepath.Join(scratch, "worker-"+sanitize(cp.ID)),
+		Argv: resolveArgv(cp.Worker), ScratchDir: filepath.Join(scratch, "worker-"+sanitize(cp.ID)),
 		Log: slogWriter{log.With("worker", cp.ID)},
 	})
 	return server.Model{Checkpoint: cp, Task: t, Runtime: "worker"}, nil
+}
+
+// resolveArgv makes a worker's script path absolute: families name it relative to the module
+// root (MEDIAQUAL_ROOT, default the working directory), and the server may run anywhere.
+func resolveArgv(argv []string) []string {
+	root := os.Getenv("MEDIAQUAL_ROOT")
+	if root == "" {
+		root, _ = os.Getwd()
+	}
+	out := append([]string(nil), argv...)
+	for i := 1; i < len(out); i++ {
+		if p := filepath.Join(root, out[i]); !filepath.IsAbs(out[i]) && strings.HasSuffix(out[i], ".py") {
+			if _, err := os.Stat(p); err == nil {
+				out[i] = p
+			}
+		}
+	}
+	return out
 }
 
 func sanitize(id string) string {

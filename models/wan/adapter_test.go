@@ -175,8 +175,9 @@ func TestWorkerArgvStartsTheAdapter(t *testing.T) {
 	require.NoError(t, err)
 	bundles := t.TempDir()
 	for _, e := range Entries() {
-		argv := Worker(root, pinned[e.ID].flowShift, e.Bundle)
+		argv := worker(pinned[e.ID].flowShift, e.Bundle)
 		require.Equal(t, "python3", argv[0])
+		argv[1] = filepath.Join(root, argv[1]) // as mediaserve resolves it against MEDIAQUAL_ROOT
 		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Dir = t.TempDir() // mediaserve's working directory is not the repository
 		cmd.Env = append(os.Environ(), "MEDIAQUAL_BUNDLES="+bundles, "MEDIAQUAL_BUNDLE=", "PYTHONDONTWRITEBYTECODE=1")

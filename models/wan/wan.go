@@ -3,25 +3,18 @@
 // the VAE compresses time 4x, so frame counts are 4k+1.
 package wan
 
-import (
-	"path/filepath"
-
-	"mediaqual/models/spec"
-)
+import "mediaqual/models/spec"
 
 // frames4k1 is Wan's frame rule: the VAE needs 4k+1 frames. diffusers silently rounds other
 // counts down; mediaserve rejects them instead.
 var frames4k1 = &spec.FrameRule{Step: 4, Offset: 1, Range: spec.IntRange{Min: 5, Max: 121}}
 
-// Worker is the argv of the family's native Task worker (models/wan/adapter.py, speaking
-// docs/WORKER.md) for a checkpoint whose UniPC flow_shift is pinned at flowShift ("3.0" for
-// Wan2.1, "5.0" for Wan2.2 TI2V) and whose weights are the row's bundle under
-// $MEDIAQUAL_BUNDLES ($MEDIAQUAL_BUNDLE, when set, names the snapshot directory itself). root is
-// the module root: mediaserve starts workers in its own working directory, so the script path
-// must not be relative to the repository. The rows do not set it yet: a row with a Worker is
-// servable, and the Wan rows stay planned until they are moved (docs/GPU.md).
-func Worker(root, flowShift, bundle string) []string {
-	return []string{"python3", filepath.Join(root, "models", "wan", "adapter.py"), "--flow-shift", flowShift, "--bundle-name", bundle}
+// worker is the argv of the family's native Task worker (models/wan/adapter.py, speaking
+// docs/WORKER.md) for a checkpoint whose UniPC flow_shift is pinned at flowShift and whose
+// weights are the row's bundle under $MEDIAQUAL_BUNDLES. The script path is relative to the
+// module root; mediaserve resolves it against $MEDIAQUAL_ROOT.
+func worker(flowShift, bundle string) []string {
+	return []string{"python3", "models/wan/adapter.py", "--flow-shift", flowShift, "--bundle-name", bundle}
 }
 
 // videoContract: real generators move; a clip whose consecutive frames differ by less than
@@ -45,9 +38,12 @@ func Entries() []spec.Entry {
 				},
 				// fp16 decodes blank frames upstream, hence bf16; 16 fps is Wan2.1's native rate.
 				Defaults: spec.Settings{Size: spec.Size{W: 832, H: 480}, NumFrames: 17, FPS: 16, Steps: 30, Guidance: 5.0, Seed: 42},
+				Worker:   worker("3.0", "Wan-AI/Wan2.1-T2V-1.3B-Diffusers"),
 			},
 			Workload: spec.TextToVideo, NativeTask: "diffusers.WanPipeline (UniPC flow_shift 3.0)",
-			Status: spec.Planned, Note: "native Task adapter not yet implemented",
+			// The adapter runs (L0-random bundle on an H200, reports/published/); the status
+			// stays planned until real weights with a pinned revision are qualified.
+			Status: spec.Planned, Note: "native adapter runs; revision unpinned until real weights are qualified",
 			Bundle: "Wan-AI/Wan2.1-T2V-1.3B-Diffusers", GPU: &spec.GPUNeeds{Count: 1, MemoryGB: 40},
 			Video: videoContract, Fixtures: "t2v-prompts",
 			Variants: []spec.Variant{{Name: "fp16", Note: "decodes blank frames in native diffusers; not served", Status: spec.Excluded}},
