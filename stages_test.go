@@ -8,12 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"image"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -115,16 +117,33 @@ func (q *qualification) correctness(t *testing.T) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	sum := sha256.New()
-	bin, _ := os.ReadFile(mediaserveBin)
-	sum.Write(bin)
-	// The reference families are compiled into mediaserve, so the binary is the bundle.
-	q.row.Bundle = map[string]string{"served": "mediaserve " + q.entry.ID + "@" + q.entry.Revision, "sha256": hex.EncodeToString(sum.Sum(nil))[:16]}
+	if q.entry.Bundle == "" {
+		// The reference families are compiled into mediaserve, so the binary is the bundle.
+		sum := sha256.New()
+		bin, _ := os.ReadFile(mediaserveBin)
+		sum.Write(bin)
+		q.row.Bundle = map[string]string{"served": "mediaserve " + q.entry.ID + "@" + q.entry.Revision, "sha256": hex.EncodeToString(sum.Sum(nil))[:16]}
+	} else {
+		dir := filepath.Join(os.Getenv("MEDIAQUAL_BUNDLES"), q.entry.Bundle)
+		d, n, err := bundleDigest(dir)
+		if err != nil {
+			return "", err
+		}
+		q.row.Bundle = map[string]string{"served": dir, "sha256": d[:16], "files": strconv.Itoa(n)}
+		if out, err := exec.Command("python3", "-c", "import torch, diffusers; print(torch.__version__, diffusers.__version__)").Output(); err == nil {
+			if f := strings.Fields(string(out)); len(f) == 2 {
+				q.row.Versions = map[string]string{"torch": f[0], "diffusers": f[1]}
+			}
+		}
+	}
 
 	goldens, update, err := loadGoldens(q.entry)
 	if err != nil {
 		return "", err
 	}
+	// Every input runs natively even after one fails a check, so identity has a native
+	// counterpart for each and the message lists every failure.
+	var failed []error
 	for _, it := range items {
 		n, err := q.runNative(t, it)
 		if err != nil {
@@ -132,7 +151,7 @@ func (q *qualification) correctness(t *testing.T) (string, error) {
 		}
 		q.native[it.key] = n
 		if err := q.validate(t, n.path, it); err != nil {
-			return "", fmt.Errorf("native %s: %w", it.key, err)
+			failed = append(failed, fmt.Errorf("native %s: %w", it.key, err))
 		}
 		if goldens != nil {
 			key := q.entry.ID + "/" + it.key
@@ -140,11 +159,14 @@ func (q *qualification) correctness(t *testing.T) (string, error) {
 			case update:
 				goldens[key] = n.framesSHA256
 			case !ok:
-				return "", fmt.Errorf("check golden: no golden for %s in %s; record with MEDIAQUAL_UPDATE_GOLDENS=1", key, q.entry.Goldens)
+				failed = append(failed, fmt.Errorf("check golden: no golden for %s in %s; record with MEDIAQUAL_UPDATE_GOLDENS=1", key, q.entry.Goldens))
 			case want != n.framesSHA256:
-				return "", fmt.Errorf("check golden: %s frames %s, golden %s (refresh only with MEDIAQUAL_UPDATE_GOLDENS=1 after a deliberate change)", key, n.framesSHA256[:12], want[:12])
+				failed = append(failed, fmt.Errorf("check golden: %s frames %s, golden %s (refresh only with MEDIAQUAL_UPDATE_GOLDENS=1 after a deliberate change)", key, n.framesSHA256[:12], want[:12]))
 			}
 		}
+	}
+	if len(failed) > 0 {
+		return "", errors.Join(failed...)
 	}
 	if update {
 		if err := saveGoldens(q.entry, goldens); err != nil {
@@ -279,8 +301,13 @@ func (q *qualification) serve(t *testing.T) (string, error) {
 	s.srv = srv
 	s.api = &client.Client{BaseURL: srv.URL, PollEvery: pollEvery}
 	q.server = s
-	q.row.Endpoint, q.row.Mode = srv.URL, "mediaserve (embedded), in-process reference family"
-	q.row.Versions = versions()
+	q.row.Endpoint = srv.URL
+	for k, v := range versions() {
+		if q.row.Versions == nil {
+			q.row.Versions = map[string]string{}
+		}
+		q.row.Versions[k] = v
+	}
 
 	served, err := s.api.Models(q.ctx)
 	if err != nil {
@@ -288,6 +315,11 @@ func (q *qualification) serve(t *testing.T) (string, error) {
 	}
 	if err := reconcile(served, q.entry); err != nil {
 		return "", err
+	}
+	for _, m := range served {
+		if m.ID == q.entry.ID {
+			q.row.Mode = "mediaserve launched by the suite, " + m.Runtime + " Task runtime"
+		}
 	}
 	return fmt.Sprintf("ready at %s; /v1/models reconciles with the inventory", srv.URL), nil
 }
@@ -332,6 +364,7 @@ func (q *qualification) artifacts(t *testing.T) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	var failed []error // every artifact is fetched and kept; each failure is listed
 	for i := range q.served {
 		s := &q.served[i]
 		var data []byte
@@ -358,8 +391,11 @@ func (q *qualification) artifacts(t *testing.T) (string, error) {
 			return "", err
 		}
 		if err := q.validate(t, s.path, s.item); err != nil {
-			return "", fmt.Errorf("served %s (request %s, job %s): %w", s.item.key, s.requestID, s.jobID, err)
+			failed = append(failed, fmt.Errorf("served %s (request %s, job %s): %w", s.item.key, s.requestID, s.jobID, err))
 		}
+	}
+	if len(failed) > 0 {
+		return "", errors.Join(failed...)
 	}
 	q.row.Counts["artifacts_verified"] = len(q.served)
 	return fmt.Sprintf("%d artifacts of the AIPerf run fetched, matched to the ledger's digests and verified", len(q.served)), nil
@@ -566,6 +602,37 @@ func (q *qualification) cleanup(t *testing.T) (string, error) {
 		return "", fmt.Errorf("check no-leftover-files after shutdown: %v %v", left, err)
 	}
 	return fmt.Sprintf("%d jobs deleted; no artifact left; clean exit", len(ids)), nil
+}
+
+// bundleDigest identifies exactly what was served: sha256 over every file's relative path and
+// content, in path order.
+func bundleDigest(dir string) (string, int, error) {
+	var paths []string
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			paths = append(paths, p)
+		}
+		return err
+	})
+	if err != nil {
+		return "", 0, fmt.Errorf("bundle %s: %w", dir, err)
+	}
+	sort.Strings(paths)
+	sum := sha256.New()
+	for _, p := range paths {
+		rel, _ := filepath.Rel(dir, p)
+		f, err := os.Open(p)
+		if err != nil {
+			return "", 0, err
+		}
+		fmt.Fprintf(sum, "%s\x00", rel)
+		_, err = io.Copy(sum, f)
+		f.Close()
+		if err != nil {
+			return "", 0, err
+		}
+	}
+	return hex.EncodeToString(sum.Sum(nil)), len(paths), nil
 }
 
 // l0Marker is the file an L0 bundle (random weights, models/<family>/build_l0.py) carries.

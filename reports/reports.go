@@ -169,7 +169,7 @@ func Markdown(w io.Writer, r Report) error {
 			if s.NumFrames > 0 {
 				p(", %d frames @ %d fps", s.NumFrames, s.FPS)
 			}
-			p(", %d steps, guidance %g, seed %d; precision %s; revision %s\n", s.Steps, s.Guidance, s.Seed, row.Precision, row.Revision)
+			p(", %d steps, guidance %g, seed %d; precision %s; revision %s\n", s.Steps, s.Guidance, s.Seed, row.Precision, orDash(row.Revision))
 		}
 		for _, kv := range []struct {
 			name string
