@@ -44,7 +44,7 @@ func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
 // buildModel makes the Task for a checkpoint: in process when the family is Go, otherwise its
 // long-lived worker process.
-func buildModel(cp spec.Checkpoint, scratch string, log *slog.Logger) (server.Model, error) {
+func buildModel(cp spec.Checkpoint, log *slog.Logger) (server.Model, error) {
 	if cp.NewTask != nil {
 		t, err := cp.NewTask()
 		return server.Model{Checkpoint: cp, Task: t, Runtime: "in-process"}, err
@@ -53,8 +53,10 @@ func buildModel(cp spec.Checkpoint, scratch string, log *slog.Logger) (server.Mo
 		return server.Model{}, fmt.Errorf("%s has neither an in-process Task nor a worker command", cp.ID)
 	}
 	t := worker.New(worker.Config{
-		Argv: resolveArgv(cp.Worker), ScratchDir: filepath.Join(scratch, "worker-"+sanitize(cp.ID)),
-		Log: slogWriter{log.With("worker", cp.ID)},
+		// No ScratchDir: the worker's per-job files go to a private temporary directory that
+		// Close removes, never into the artifact directory.
+		Argv: resolveArgv(cp.Worker),
+		Log:  slogWriter{log.With("worker", cp.ID)},
 	})
 	return server.Model{Checkpoint: cp, Task: t, Runtime: "worker"}, nil
 }
@@ -75,15 +77,6 @@ func resolveArgv(argv []string) []string {
 		}
 	}
 	return out
-}
-
-func sanitize(id string) string {
-	return strings.Map(func(r rune) rune {
-		if r == '/' || r == ' ' {
-			return '_'
-		}
-		return r
-	}, id)
 }
 
 // slogWriter turns worker stderr lines into log records.

@@ -58,7 +58,7 @@ func serve(args []string, log *slog.Logger) error {
 	}
 	var ms []server.Model
 	for _, cp := range cps {
-		m, err := buildModel(cp, artifactDir, log)
+		m, err := buildModel(cp, log)
 		if err != nil {
 			return err
 		}

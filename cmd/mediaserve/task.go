@@ -55,7 +55,7 @@ func runTask(args []string, log *slog.Logger) error {
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return err
 	}
-	m, err := buildModel(cp, *out, log)
+	m, err := buildModel(cp, log)
 	if err != nil {
 		return err
 	}
