@@ -103,7 +103,9 @@ func (q *qualification) aiperfStage(t *testing.T) (string, error) {
 	q.row.Versions["aiperf"] = env.Version
 	// AIPerf exits non-zero when every request failed; its records still say which and why,
 	// so they are accounted for before its exit status is.
+	stopProgress := q.showProgress(t.Logf, progressEvery)
 	execErr := env.Exec(q.ctx, run)
+	stopProgress()
 	x, err := aiperf.ReadExports(dir)
 	if err != nil {
 		return "", errors.Join(execErr, err)
@@ -146,6 +148,42 @@ func (q *qualification) aiperfStage(t *testing.T) (string, error) {
 			latencyMS: r.LatencyMS, creditNS: r.CreditIssuedNS, taskMS: e.Timing.TaskCallWallMS, peakMB: e.Output.PeakMemoryMB, raw: r.Raw})
 	}
 	return fmt.Sprintf("AIPerf %s: %s (1 warmup, %d measured); every request maps to exactly one server job", env.Version, aiperf.Summarize(reqs), len(items)), nil
+}
+
+// progressEvery is how often a long AIPerf run reports the server's job progress.
+const progressEvery = 15 * time.Second
+
+// showProgress logs, every interval while AIPerf runs, each unfinished video job's status and
+// progress as the server reports them, so a long GPU run shows it is moving. It returns the
+// function that stops it.
+func (q *qualification) showProgress(logf func(string, ...any), every time.Duration) func() {
+	if q.entry.Workload != spec.TextToVideo {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(q.ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			jobs, err := q.server.api.ListVideos(ctx, 8)
+			if err != nil {
+				continue // the run's own accounting reports a server that stops answering
+			}
+			for _, v := range jobs {
+				if !v.Terminal() {
+					logf("progress: %s %s %d%%", v.ID, v.Status, v.Progress)
+				}
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
 }
 
 // followUnfinished joins the run with the ledger; a job the server accepted but has not ended

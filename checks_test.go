@@ -1,15 +1,22 @@
 package mediaqual_test
 
 import (
+	"context"
+	"fmt"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"mediaqual/harness/client"
 	"mediaqual/models"
+	"mediaqual/models/spec"
+	"mediaqual/server"
 )
 
 // The suite's own checks (those outside harness/check) shown failing on broken inputs.
@@ -57,4 +64,45 @@ func TestGPUPreCheckSaysWhatToSet(t *testing.T) {
 	err = gpuPreCheck(e)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "MEDIAQUAL_GPUS")
+}
+
+// gatedTask holds every job until its gate closes, reporting progress as it waits.
+type gatedTask struct{ gate chan struct{} }
+
+func (g gatedTask) Run(ctx context.Context, req spec.Request) (spec.Output, error) {
+	req.Progress(1, 4)
+	select {
+	case <-g.gate:
+	case <-ctx.Done():
+	}
+	return spec.Output{}, ctx.Err()
+}
+
+func TestProgressLinesDuringLongRuns(t *testing.T) {
+	e, err := models.Lookup("ref-t2v")
+	require.NoError(t, err)
+	cp := e.Checkpoint
+	gate := make(chan struct{})
+	srv, err := server.New(server.Config{Models: []server.Model{{Checkpoint: cp, Task: gatedTask{gate}}}, ArtifactDir: t.TempDir()})
+	require.NoError(t, err)
+	require.NoError(t, srv.Load(context.Background()))
+	hs := httptest.NewServer(srv.Handler())
+	defer func() { close(gate); hs.Close(); srv.Close() }()
+	api := &client.Client{BaseURL: hs.URL}
+	v, err := api.CreateVideo(context.Background(), map[string]string{"model": cp.ID, "prompt": "slow"}, "")
+	require.NoError(t, err)
+
+	var mu sync.Mutex
+	var lines []string
+	q := &qualification{entry: e, ctx: context.Background(), server: &servedModel{api: api}}
+	stop := q.showProgress(func(f string, a ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		lines = append(lines, fmt.Sprintf(f, a...))
+	}, 20*time.Millisecond)
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(lines) >= 2 }, 5*time.Second, 10*time.Millisecond)
+	stop()
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, "progress: "+v.ID+" in_progress 25%", lines[0])
 }

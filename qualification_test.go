@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"mediaqual/internal/casegen"
+	"mediaqual/internal/stages"
 	"mediaqual/models"
 	"mediaqual/models/spec"
 	"mediaqual/reports"
@@ -77,10 +78,8 @@ func needsGPUTag(t *testing.T, id string) {
 		row.Note = "needs -tags gpu and a GPU host; " + e.Note
 		record(row)
 	}
-	t.Skipf("%s runs on a GPU: go test -tags gpu -run '%s' . with %s", id, casegen.TestName(id), gpuEnvHelp)
+	t.Skipf("%s runs on a GPU host: %s", id, casegen.Command(spec.Entry{Checkpoint: spec.Checkpoint{ID: id}, GPU: &spec.GPUNeeds{}}))
 }
-
-const gpuEnvHelp = "MEDIAQUAL_BUNDLES=<dir holding the weight bundles> and MEDIAQUAL_GPUS=<CUDA device ids>"
 
 func record(row reports.Row) {
 	rowsMu.Lock()
@@ -138,26 +137,23 @@ func qualify(t *testing.T, id string) {
 	}()
 	q.dir = caseDir(t, e.ID)
 
-	if !q.stage("inventory", q.inventory) || e.Status == spec.Excluded {
-		if e.Status == spec.Excluded {
-			q.row.Outcome = reports.Excluded
+	run := map[string]func(*testing.T) (string, error){
+		stages.Inventory: q.inventory, stages.Correctness: q.correctness, stages.Serve: q.serve,
+		stages.AIPerf: q.aiperfStage, stages.Artifacts: q.artifacts, stages.Identity: q.identity,
+		stages.Influence: q.influence, stages.Timing: q.timing, stages.Cleanup: q.cleanup,
+	}
+	for _, name := range stages.For(e) {
+		ok := q.stage(name, run[name])
+		// Nothing runs on an incomplete row, and nothing can be served without a server. The
+		// stages after correctness are independent evidence (serving mechanics, identity,
+		// timing), so they run even when the family's criteria failed; the row fails either way.
+		if !ok && (name == stages.Inventory || name == stages.Serve) {
+			return
 		}
-		return
 	}
-	// The stages after correctness are independent evidence (serving mechanics, identity,
-	// timing), so they run even when the family's criteria failed; the row fails either way.
-	q.stage("correctness", q.correctness)
-	if !q.stage("serve", q.serve) {
-		return
+	if e.Status == spec.Excluded {
+		q.row.Outcome = reports.Excluded
 	}
-	q.stage("aiperf", q.aiperfStage)
-	q.stage("artifacts", q.artifacts)
-	q.stage("identity", q.identity)
-	if e.Workload == spec.ImageEdit {
-		q.stage("influence", q.influence)
-	}
-	q.stage("timing", q.timing)
-	q.stage("cleanup", q.cleanup)
 }
 
 // stage runs one subtest. A stage returns a one-line summary of what it established, or an
@@ -183,22 +179,13 @@ func newRow(e spec.Entry) reports.Row {
 	row := reports.Row{
 		Checkpoint: e.ID, Family: e.Family, Workload: e.Workload, Profile: e.Profile, Label: reports.Label(e.Profile),
 		Revision: e.Revision, Precision: e.Precision, Status: e.Status, Note: e.Note, Outcome: reports.Passed,
-		Command: reproduce(e), Started: time.Now(), Hardware: hardware(),
+		Command: casegen.Command(e), Started: time.Now(), Hardware: hardware(),
 	}
 	if e.Status != spec.Excluded {
 		d := e.Defaults
 		row.Settings = &d
 	}
 	return row
-}
-
-func reproduce(e spec.Entry) string {
-	tags := ""
-	if e.GPU != nil {
-		tags = "-tags gpu "
-		return fmt.Sprintf("%s go test %s-count=1 -run '^%s$' .", gpuEnvHelp, tags, casegen.TestName(e.ID))
-	}
-	return fmt.Sprintf("go test -count=1 -run '^%s$' .", casegen.TestName(e.ID))
 }
 
 // caseDir keeps a case's files under MEDIAQUAL_REPORT_DIR (so they survive a failure), or in

@@ -20,6 +20,7 @@ import (
 	"net/textproto"
 	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -249,6 +250,18 @@ func (c *Client) GetVideo(ctx context.Context, id string) (Video, error) {
 	var v Video
 	err = r.decode(&v, &v.Raw)
 	return v, err
+}
+
+// ListVideos asks GET /v1/videos for the newest limit jobs.
+func (c *Client) ListVideos(ctx context.Context, limit int) ([]Video, error) {
+	r, err := c.do(ctx, http.MethodGet, "/v1/videos?limit="+strconv.Itoa(limit), nil, "", "")
+	if err != nil {
+		return nil, err
+	}
+	var page struct {
+		Data []Video `json:"data"`
+	}
+	return page.Data, r.decode(&page, nil)
 }
 
 // WaitVideo polls GET /v1/videos/{id} every PollEvery (the first poll at once) until the job is

@@ -7,11 +7,37 @@ import (
 	"bytes"
 	"fmt"
 	"go/format"
+	"io"
 	"regexp"
 	"strings"
 
+	"mediaqual/internal/stages"
 	"mediaqual/models"
+	"mediaqual/models/spec"
 )
+
+// GPUEnv is what a GPU case needs in its environment.
+const GPUEnv = "MEDIAQUAL_BUNDLES=<dir holding the weight bundles> MEDIAQUAL_GPUS=<CUDA device ids>"
+
+// Command is the command that runs one row's case, as a user types it.
+func Command(e spec.Entry) string {
+	if e.GPU != nil {
+		return fmt.Sprintf("%s go test -tags gpu -count=1 -run '^%s$' .", GPUEnv, TestName(e.ID))
+	}
+	return fmt.Sprintf("go test -count=1 -run '^%s$' .", TestName(e.ID))
+}
+
+// List writes the dry run: every generated case, its stage subtests and its command.
+func List(w io.Writer) {
+	for _, e := range models.Inventory() {
+		name := TestName(e.ID)
+		fmt.Fprintf(w, "%s\t%s (%s, %s)\n", name, e.ID, e.Workload, e.Status)
+		for _, st := range stages.For(e) {
+			fmt.Fprintf(w, "  %s/%s\n", name, st)
+		}
+		fmt.Fprintf(w, "  run: %s\n", Command(e))
+	}
+}
 
 // Files maps each generated file name (at the module root) to its content.
 func Files() (map[string][]byte, error) {

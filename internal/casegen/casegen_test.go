@@ -2,6 +2,7 @@ package casegen
 
 import (
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -23,4 +24,16 @@ func TestFilesSplitByGPUNeed(t *testing.T) {
 	assert.Contains(t, string(files["cases_nogpu_test.go"]), `needsGPUTag(t, "Wan-AI/Wan2.1-T2V-1.3B")`)
 	assert.Contains(t, string(files["cases_test.go"]), `qualify(t, "ref-t2v")`)
 	assert.NotContains(t, string(files["cases_test.go"]), "Wan2.1")
+}
+
+func TestListShowsEveryCaseWithStagesAndCommand(t *testing.T) {
+	var b strings.Builder
+	List(&b)
+	out := b.String()
+	assert.Contains(t, out, "TestRef_edit/influence")
+	assert.Contains(t, out, "TestRef_t2v/aiperf")
+	assert.NotContains(t, out, "TestRef_t2v/influence")
+	assert.Contains(t, out, "run: go test -count=1 -run '^TestRef_t2v$' .")
+	assert.Contains(t, out, "-tags gpu -count=1 -run '^TestWan2_1_T2V_1_3B$' .")
+	assert.Contains(t, out, "TestCosmos3_Nano/inventory\n  run:")
 }

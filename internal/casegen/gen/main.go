@@ -1,4 +1,5 @@
-// Command gen writes the generated per-checkpoint tests at the module root (go generate).
+// Command gen writes the generated per-checkpoint tests at the module root (go generate);
+// with -list it prints every case, its stage subtests and its command instead.
 package main
 
 import (
@@ -10,6 +11,10 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "-list" {
+		casegen.List(os.Stdout) // the dry run: nothing is generated or executed
+		return
+	}
 	files, err := casegen.Files()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
