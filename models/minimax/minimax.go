@@ -23,7 +23,7 @@ func Entries() []spec.Entry {
 		},
 		Workload: spec.TextToVideo, NativeTask: "diffusers.MiniMaxH3ModularPipeline (CPU offload)",
 		Status: spec.Planned,
-		Note:   "native Task adapter not yet implemented; whether the pinned diffusers can run it is unverified; frame rule unverified",
+		Note:   "native Task adapter not yet written; diffusers 0.42.1 ships its modular pipeline (modular_pipelines/minimax_h3); frame rule unverified",
 		Bundle: "MiniMaxAI/MiniMax-H3", GPU: &spec.GPUNeeds{Count: 1, MemoryGB: 140},
 		Video: &spec.VideoContract{MinMotion: 0.5, MinStdDev: 2}, Fixtures: "t2v-prompts",
 	}}
