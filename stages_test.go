@@ -394,6 +394,9 @@ func (q *qualification) artifacts(t *testing.T) (string, error) {
 			failed = append(failed, fmt.Errorf("served %s (request %s, job %s): %w", s.item.key, s.requestID, s.jobID, err))
 		}
 	}
+	if err := q.showArtifact(q.measured()); err != nil {
+		failed = append(failed, err)
+	}
 	if len(failed) > 0 {
 		return "", errors.Join(failed...)
 	}
@@ -553,11 +556,73 @@ func (q *qualification) timing(t *testing.T) (string, error) {
 		tm.FramesPerSecond = float64(frames) / window
 	}
 	q.row.Timing = tm
+	var points []reports.LatencyPoint
+	for i, s := range q.served {
+		points = append(points, reports.LatencyPoint{Index: i, ClientMS: s.latencyMS, TaskMS: s.taskMS, Warmup: s.warmup})
+	}
+	if chart, err := reports.LatencyChart(points); err != nil {
+		return "", err
+	} else if err := q.picture(reports.LatencyKind, fmt.Sprintf("Latency per request: %s (1 warmup, %d measured)", q.entry.ID, len(lat)), "latency.png", chart); err != nil {
+		return "", err
+	}
 	q.t.Attr("client_p50_ms", fmt.Sprintf("%.1f", tm.ClientP50MS))
 	q.t.Attr("task_p50_ms", fmt.Sprintf("%.1f", tm.TaskP50MS))
 	q.t.Attr("overhead_p50_ms", fmt.Sprintf("%.1f", tm.OverheadP50MS))
 	q.t.Attr("items_per_s", fmt.Sprintf("%.3f", tm.ItemsPerSecond))
 	return fmt.Sprintf("client p50 %.1f ms, Task p50 %.1f ms, overhead p50 %.1f ms over %d measured requests", tm.ClientP50MS, tm.TaskP50MS, tm.OverheadP50MS, tm.Requests), nil
+}
+
+// picture writes img under the case's pictures/ and lists it with the row, its path relative to
+// the report directory (pictures are only kept when a report is written).
+func (q *qualification) picture(kind, title, name string, img image.Image) error {
+	root := os.Getenv("MEDIAQUAL_REPORT_DIR")
+	if root == "" {
+		return nil
+	}
+	path := filepath.Join(q.dir, "pictures", name)
+	if err := reports.WritePNG(path, img); err != nil {
+		return err
+	}
+	rel, err := filepath.Rel(root, path)
+	if err != nil {
+		return err
+	}
+	q.row.Pictures = append(q.row.Pictures, reports.Picture{Kind: kind, Title: title, Path: filepath.ToSlash(rel)})
+	return nil
+}
+
+// showArtifact draws the first measured artifact for people to look at: a contact sheet of a
+// clip, or an edit's before/after/difference strip.
+func (q *qualification) showArtifact(served []servedRequest) error {
+	if len(served) == 0 || os.Getenv("MEDIAQUAL_REPORT_DIR") == "" {
+		return nil
+	}
+	s := served[0]
+	prompt := s.item.fields["prompt"]
+	if q.entry.Workload == spec.TextToVideo {
+		frames, err := media.DecodeFrames(q.ctx, s.path)
+		if err != nil {
+			return err
+		}
+		sheet, err := reports.ContactSheet(frames, 5)
+		if err != nil {
+			return err
+		}
+		return q.picture(reports.ContactSheetKind, fmt.Sprintf("Contact sheet: %s, %s %q (%d frames)", q.entry.ID, s.item.key, prompt, len(frames)), "contact-"+s.item.key+".png", sheet)
+	}
+	before, err := media.DecodeImageBytes(s.item.ref)
+	if err != nil {
+		return err
+	}
+	after, err := media.DecodeImage(s.path)
+	if err != nil {
+		return err
+	}
+	strip, err := reports.EditStrip(before, after)
+	if err != nil {
+		return err
+	}
+	return q.picture(reports.EditStripKind, fmt.Sprintf("Before / after: %s, %s %q", q.entry.ID, s.item.key, prompt), "edit-"+s.item.key+".png", strip)
 }
 
 // measured are the AIPerf requests outside warmup.

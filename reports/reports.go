@@ -1,5 +1,6 @@
 // Package reports turns qualification results into files people and CI read: results.json,
-// results.md (result rows plus the inventory table) and, through gotestsum, junit.xml. It
+// results.md (result rows plus the inventory table), index.html (the same with pictures:
+// contact sheets, edit strips, latency charts) and, through gotestsum, junit.xml. It
 // knows the shape of a result, not what any model is.
 package reports
 
@@ -78,6 +79,8 @@ type Row struct {
 	AIPerfCommand string    `json:"aiperf_command,omitempty"`
 	Started       time.Time `json:"started"`
 	Duration      string    `json:"duration"`
+	// Pictures are images written under the report directory for this row.
+	Pictures []Picture `json:"pictures,omitempty"`
 }
 
 // Label says what a row may be presented as, from its profile.
@@ -101,7 +104,8 @@ type Report struct {
 	Inventory []spec.Entry `json:"inventory"`
 }
 
-// WriteFiles writes results.json and results.md into dir and returns their paths.
+// WriteFiles writes results.json, results.md and index.html (WriteHTML) into dir and returns
+// their paths. Pictures named by the rows must already be under dir.
 func WriteFiles(dir string, r Report) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -124,100 +128,37 @@ func WriteFiles(dir string, r Report) ([]string, error) {
 	if err := Markdown(f, r); err != nil {
 		return nil, err
 	}
-	return []string{js, md}, f.Close()
+	if err := f.Close(); err != nil {
+		return nil, err
+	}
+	html, err := WriteHTML(dir, r)
+	if err != nil {
+		return nil, err
+	}
+	return []string{js, md, html}, nil
 }
 
 // Markdown renders the result rows, each row's details, and the inventory table.
 func Markdown(w io.Writer, r Report) error {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
 	p("# mediaqual results\n\nGenerated %s by `%s`.\n\n", r.Generated.UTC().Format(time.RFC3339), r.Command)
-	p("| checkpoint | label | outcome | inventory status | stages | client p50/p95 ms | Task p50/p95 ms | overhead p50 ms | throughput |\n")
-	p("|---|---|---|---|---|---|---|---|---|\n")
+	p("| %s |\n|%s\n", strings.Join(summaryColumns, " | "), strings.Repeat("---|", len(summaryColumns)))
 	for _, row := range r.Rows {
-		stages := make([]string, len(row.Stages))
-		for i, s := range row.Stages {
-			mark := "ok"
-			if !s.Passed {
-				mark = "FAIL"
-			}
-			stages[i] = s.Name + " " + mark
-		}
-		tm, thr := "—", "—"
-		task, over := "—", "—"
-		if t := row.Timing; t != nil && t.Requests > 0 {
-			tm = fmt.Sprintf("%.1f / %.1f", t.ClientP50MS, t.ClientP95MS)
-			task = fmt.Sprintf("%.1f / %.1f", t.TaskP50MS, t.TaskP95MS)
-			over = fmt.Sprintf("%.1f", t.OverheadP50MS)
-			thr = throughput(row.Workload, t)
-		}
-		outcome := row.Outcome
-		if row.Gap != "" {
-			outcome += ": " + row.Gap
-		}
-		p("| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", row.Checkpoint, row.Label, outcome, row.Status,
-			strings.Join(stages, ", "), tm, task, over, thr)
+		p("| %s |\n", strings.Join(summaryCells(row), " | "))
 	}
 	for _, row := range r.Rows {
 		p("\n## %s\n\n", row.Checkpoint)
 		p("- label: %s\n- outcome: %s; inventory status: %s\n", row.Label, row.Outcome, row.Status)
-		if row.Note != "" {
-			p("- note: %s\n", row.Note)
-		}
-		if row.Settings != nil {
-			s := row.Settings
-			p("- settings: %s", s.Size)
-			if s.NumFrames > 0 {
-				p(", %d frames @ %d fps", s.NumFrames, s.FPS)
-			}
-			p(", %d steps, guidance %g, seed %d; precision %s; revision %s\n", s.Steps, s.Guidance, s.Seed, row.Precision, orDash(row.Revision))
-		}
-		for _, kv := range []struct {
-			name string
-			m    map[string]string
-		}{{"bundle", row.Bundle}, {"dataset", row.Dataset}, {"versions", row.Versions}} {
-			if len(kv.m) > 0 {
-				p("- %s: %s\n", kv.name, joinMap(kv.m))
+		for _, d := range details(row) {
+			switch {
+			case d.Code:
+				p("- %s: `%s`\n", d.Name, d.Text)
+			case d.Stage:
+				p("- %s: %s\n", d.Name, firstLine(d.Text))
+			default:
+				p("- %s: %s\n", d.Name, d.Text)
 			}
 		}
-		if row.Endpoint != "" {
-			p("- endpoint: %s (%s)\n", row.Endpoint, row.Mode)
-		}
-		if row.Hardware != "" {
-			p("- hardware: %s\n", row.Hardware)
-		}
-		if len(row.Counts) > 0 {
-			keys := make([]string, 0, len(row.Counts))
-			for k := range row.Counts {
-				keys = append(keys, k)
-			}
-			sort.Strings(keys)
-			parts := make([]string, len(keys))
-			for i, k := range keys {
-				parts[i] = fmt.Sprintf("%s %d", k, row.Counts[k])
-			}
-			p("- counts: %s\n", strings.Join(parts, ", "))
-		}
-		if t := row.Timing; t != nil && t.Requests > 0 {
-			poll := ""
-			if t.PollIntervalMS > 0 {
-				poll = fmt.Sprintf("; poll every %.0f ms", t.PollIntervalMS)
-			}
-			p("- timing (%d measured requests, client latency from %s): client p50 %.1f / p95 %.1f / max %.1f ms; Task p50 %.1f / p95 %.1f ms; overhead p50 %.1f ms%s; %s; peak memory %.0f MB\n",
-				t.Requests, t.Source, t.ClientP50MS, t.ClientP95MS, t.ClientMaxMS, t.TaskP50MS, t.TaskP95MS, t.OverheadP50MS, poll, throughput(row.Workload, t), t.PeakMemoryMB)
-		}
-		for _, s := range row.Stages {
-			if s.Message != "" {
-				mark := "ok"
-				if !s.Passed {
-					mark = "FAILED"
-				}
-				p("- %s %s: %s\n", s.Name, mark, firstLine(s.Message))
-			}
-		}
-		if row.AIPerfCommand != "" {
-			p("- AIPerf: `%s`\n", row.AIPerfCommand)
-		}
-		p("- reproduce: `%s`\n", row.Command)
 	}
 	p("\n## Inventory\n\n")
 	InventoryTable(w, r.Inventory)
@@ -226,25 +167,20 @@ func Markdown(w io.Writer, r Report) error {
 
 // InventoryTable renders every inventory row, whatever its state.
 func InventoryTable(w io.Writer, inv []spec.Entry) {
-	fmt.Fprintf(w, "| checkpoint | workload | family | profile | revision | precision | pinned settings | status | note |\n|---|---|---|---|---|---|---|---|---|\n")
-	for _, e := range inv {
-		settings := "—"
-		if e.Status != spec.Excluded {
-			d := e.Defaults
-			settings = fmt.Sprintf("%s, %d steps, guidance %g, seed %d", d.Size, d.Steps, d.Guidance, d.Seed)
-			if e.Workload == spec.TextToVideo {
-				settings = fmt.Sprintf("%s, %d frames @ %d fps, %d steps, guidance %g, seed %d", d.Size, d.NumFrames, d.FPS, d.Steps, d.Guidance, d.Seed)
+	fmt.Fprintf(w, "| %s |\n|%s\n", strings.Join(inventoryColumns, " | "), strings.Repeat("---|", len(inventoryColumns)))
+	for _, r := range inventoryRows(inv) {
+		if !r.Variant {
+			fmt.Fprintf(w, "| %s |\n", strings.Join(r.Cells, " | "))
+			continue
+		}
+		line := "|" // a variant's empty cells as "| |"
+		for _, c := range r.Cells {
+			if c != "" {
+				line += " " + c
 			}
+			line += " |"
 		}
-		rev := e.Revision
-		if rev == "" {
-			rev = "unpinned"
-		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", e.ID, e.Workload, e.Family, e.Profile, rev,
-			orDash(e.Precision), settings, e.Status, e.Note)
-		for _, v := range e.Variants {
-			fmt.Fprintf(w, "| ↳ variant %s of %s | | | | | | | %s | %s |\n", v.Name, e.ID, v.Status, v.Note)
-		}
+		fmt.Fprintln(w, line)
 	}
 }
 

@@ -47,7 +47,7 @@ func TestWriteFilesRoundTrips(t *testing.T) {
 	dir := t.TempDir()
 	paths, err := WriteFiles(dir, sample())
 	require.NoError(t, err)
-	require.Len(t, paths, 2)
+	require.Len(t, paths, 3)
 	b, err := os.ReadFile(paths[0])
 	require.NoError(t, err)
 	var back Report

@@ -1,0 +1,147 @@
+package reports
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"mediaqual/models/spec"
+)
+
+// What Markdown and HTML both show, computed once so the two never disagree.
+
+var summaryColumns = []string{"checkpoint", "label", "outcome", "inventory status", "stages",
+	"client p50/p95 ms", "Task p50/p95 ms", "overhead p50 ms", "throughput"}
+
+// summaryCells is a row's line in the result table, one cell per summaryColumns.
+func summaryCells(row Row) []string {
+	stages := make([]string, len(row.Stages))
+	for i, s := range row.Stages {
+		mark := "ok"
+		if !s.Passed {
+			mark = "FAIL"
+		}
+		stages[i] = s.Name + " " + mark
+	}
+	tm, thr := "—", "—"
+	task, over := "—", "—"
+	if t := row.Timing; t != nil && t.Requests > 0 {
+		tm = fmt.Sprintf("%.1f / %.1f", t.ClientP50MS, t.ClientP95MS)
+		task = fmt.Sprintf("%.1f / %.1f", t.TaskP50MS, t.TaskP95MS)
+		over = fmt.Sprintf("%.1f", t.OverheadP50MS)
+		thr = throughput(row.Workload, t)
+	}
+	outcome := row.Outcome
+	if row.Gap != "" {
+		outcome += ": " + row.Gap
+	}
+	return []string{row.Checkpoint, row.Label, outcome, string(row.Status), strings.Join(stages, ", "), tm, task, over, thr}
+}
+
+// detail is one line of a row's details after its label and outcome.
+type detail struct {
+	Name, Text string
+	Code       bool // a command
+	Stage      bool // a stage's message (Markdown shows its first line)
+	Failed     bool // a failed stage
+}
+
+func details(row Row) []detail {
+	var ds []detail
+	add := func(name, format string, args ...any) {
+		ds = append(ds, detail{Name: name, Text: fmt.Sprintf(format, args...)})
+	}
+	if row.Note != "" {
+		add("note", "%s", row.Note)
+	}
+	if s := row.Settings; s != nil {
+		frames := ""
+		if s.NumFrames > 0 {
+			frames = fmt.Sprintf(", %d frames @ %d fps", s.NumFrames, s.FPS)
+		}
+		add("settings", "%s%s, %d steps, guidance %g, seed %d; precision %s; revision %s",
+			s.Size, frames, s.Steps, s.Guidance, s.Seed, row.Precision, orDash(row.Revision))
+	}
+	for _, kv := range []struct {
+		name string
+		m    map[string]string
+	}{{"bundle", row.Bundle}, {"dataset", row.Dataset}, {"versions", row.Versions}} {
+		if len(kv.m) > 0 {
+			add(kv.name, "%s", joinMap(kv.m))
+		}
+	}
+	if row.Endpoint != "" {
+		add("endpoint", "%s (%s)", row.Endpoint, row.Mode)
+	}
+	if row.Hardware != "" {
+		add("hardware", "%s", row.Hardware)
+	}
+	if len(row.Counts) > 0 {
+		keys := make([]string, 0, len(row.Counts))
+		for k := range row.Counts {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		parts := make([]string, len(keys))
+		for i, k := range keys {
+			parts[i] = fmt.Sprintf("%s %d", k, row.Counts[k])
+		}
+		add("counts", "%s", strings.Join(parts, ", "))
+	}
+	if t := row.Timing; t != nil && t.Requests > 0 {
+		poll := ""
+		if t.PollIntervalMS > 0 {
+			poll = fmt.Sprintf("; poll every %.0f ms", t.PollIntervalMS)
+		}
+		add(fmt.Sprintf("timing (%d measured requests, client latency from %s)", t.Requests, t.Source),
+			"client p50 %.1f / p95 %.1f / max %.1f ms; Task p50 %.1f / p95 %.1f ms; overhead p50 %.1f ms%s; %s; peak memory %.0f MB",
+			t.ClientP50MS, t.ClientP95MS, t.ClientMaxMS, t.TaskP50MS, t.TaskP95MS, t.OverheadP50MS, poll, throughput(row.Workload, t), t.PeakMemoryMB)
+	}
+	for _, s := range row.Stages {
+		if s.Message != "" {
+			mark := "ok"
+			if !s.Passed {
+				mark = "FAILED"
+			}
+			ds = append(ds, detail{Name: s.Name + " " + mark, Text: s.Message, Stage: true, Failed: !s.Passed})
+		}
+	}
+	if row.AIPerfCommand != "" {
+		ds = append(ds, detail{Name: "AIPerf", Text: row.AIPerfCommand, Code: true})
+	}
+	return append(ds, detail{Name: "reproduce", Text: row.Command, Code: true})
+}
+
+var inventoryColumns = []string{"checkpoint", "workload", "family", "profile", "revision", "precision",
+	"pinned settings", "status", "note"}
+
+// inventoryRow is one line of the inventory table: an entry, or a variant under it.
+type inventoryRow struct {
+	Cells   []string // one per inventoryColumns
+	Variant bool
+}
+
+func inventoryRows(inv []spec.Entry) []inventoryRow {
+	var rows []inventoryRow
+	for _, e := range inv {
+		settings := "—"
+		if e.Status != spec.Excluded {
+			d := e.Defaults
+			settings = fmt.Sprintf("%s, %d steps, guidance %g, seed %d", d.Size, d.Steps, d.Guidance, d.Seed)
+			if e.Workload == spec.TextToVideo {
+				settings = fmt.Sprintf("%s, %d frames @ %d fps, %d steps, guidance %g, seed %d", d.Size, d.NumFrames, d.FPS, d.Steps, d.Guidance, d.Seed)
+			}
+		}
+		rev := e.Revision
+		if rev == "" {
+			rev = "unpinned"
+		}
+		rows = append(rows, inventoryRow{Cells: []string{e.ID, string(e.Workload), e.Family, e.Profile, rev,
+			orDash(e.Precision), settings, string(e.Status), e.Note}})
+		for _, v := range e.Variants {
+			rows = append(rows, inventoryRow{Variant: true, Cells: []string{
+				fmt.Sprintf("↳ variant %s of %s", v.Name, e.ID), "", "", "", "", "", "", string(v.Status), v.Note}})
+		}
+	}
+	return rows
+}
