@@ -3,7 +3,7 @@ GO      ?= go
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 BIN     := bin
 
-.PHONY: all test qualify build vet deps ffmpeg aiperf chromium bench generate list
+.PHONY: all test qualify build vet deps ffmpeg aiperf chromium bench generate list fuzz
 
 all: test
 
@@ -41,6 +41,15 @@ vet:
 
 test: deps chromium vet
 	$(GO) test -count=1 ./...
+	$(MAKE) fuzz
+
+# Each fuzz target runs briefly on every test run (its seeds also run as plain tests); found
+# crashers land in testdata/fuzz and stay as regression inputs.
+FUZZTIME ?= 8s
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzReadMP4$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./harness/media/
+	$(GO) test -run '^$$' -fuzz '^FuzzReadForm$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./server/
+	$(GO) test -run '^$$' -fuzz '^FuzzResolve$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./server/
 
 # The main job: qualify every checkpoint this machine can run (the embedded reference
 # families on a CPU) and write JUnit, JSON, Markdown and HTML results. The fault self-test is
