@@ -1,0 +1,1 @@
+"""Family-independent machinery of the Python mediaserve workers (worker.py)."""

@@ -1,0 +1,548 @@
+"""The family-independent half of a Python mediaserve worker (docs/WORKER.md).
+
+A family adapter (models/wan/adapter.py, models/qwenimage/adapter.py) supplies a *family object*
+and this module does the rest: the stdin reader thread (run ops queued, cancel ops marking ids,
+EOF cancelling what is left), the ready/fatal/progress/result/error lines on stdout, the rgb24
+raw output file and the run loop.
+
+The family object has:
+  load()                  build the model (before "ready"); an exception becomes "fatal"
+  precision               sent in "ready" (read after load)
+  run(settings, reference_path, progress_cb, cancelled) -> Output
+                          one job: progress_cb(done, total) reports steps, cancelled() says
+                          whether the job was cancelled; raise JobError or Cancelled to end it
+  ready_info()            optional: extra fields of the "ready" line
+  is_oom(exc), recover()  optional: an exception for which is_oom is true becomes
+                          "out_of_memory" (after recover()); any other one "pipeline_error"
+
+PipelineFamily is such an object for a diffusers pipeline behind a backend (TorchBackend on the
+device, a fake in the unit tests), parameterised by the family's settings mapping and report.
+
+Nothing here imports torch, numpy or Pillow at module level: the mapping, the protocol and the
+rgb24 conversion are testable without them.
+"""
+
+import json
+import math
+import os
+import queue
+import sys
+import threading
+import time
+
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def logger(name):
+    """A log function writing 'name: msg' lines to stderr (the server copies stderr to its log)."""
+
+    def log(msg):
+        sys.stderr.write("%s: %s\n" % (name, msg))
+        sys.stderr.flush()
+
+    return log
+
+
+# --------------------------------------------------------------------------------------------
+# Job outcomes
+
+
+class JobError(Exception):
+    """A job failure reported as an error event with a stable code."""
+
+    def __init__(self, code, message, param=None):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.param = param
+
+
+class Cancelled(Exception):
+    """Raised from a step callback to stop the pipeline between steps, and to end a job with an
+    error event of code "cancelled"."""
+
+    def __init__(self, step, message=None):
+        super().__init__(message or "cancelled at step %d" % step)
+        self.step = step
+
+
+class Output:
+    """What a family's run() produced: video is (frames, height, width, 3) floats in [0,1] (a
+    numpy array or nested lists; an image is one frame); actual is spec.Actual."""
+
+    def __init__(self, video, actual, task_wall_ms, peak_memory_mb):
+        self.video = video
+        self.actual = actual
+        self.task_wall_ms = task_wall_ms
+        self.peak_memory_mb = peak_memory_mb
+
+
+# --------------------------------------------------------------------------------------------
+# Settings (spec.Settings as sent in a run op): the family-independent field checks
+
+
+def parse_size(value):
+    """'WxH' with positive decimal integers -> (w, h)."""
+    if not isinstance(value, str):
+        raise JobError("invalid_request", "size %r is not a 'WxH' string" % (value,), "size")
+    w, sep, h = value.partition("x")
+    if not sep or not w.isdigit() or not h.isdigit() or not w.isascii() or not h.isascii():
+        raise JobError("invalid_request", "size %r is not of the form WxH" % value, "size")
+    wi, hi = int(w), int(h)
+    if wi <= 0 or hi <= 0:
+        raise JobError("invalid_request", "size %r has a zero dimension" % value, "size")
+    return wi, hi
+
+
+def check_size_multiple(width, height, size_multiple):
+    """Refuse a size that is not a multiple of (height, width) granularity: diffusers would
+    silently crop it."""
+    mh, mw = size_multiple
+    if height % mh or width % mw:
+        raise JobError(
+            "unsupported_value",
+            "size %dx%d is not a multiple of %dx%d (diffusers would silently crop it to %dx%d)"
+            % (width, height, mw, mh, width // mw * mw, height // mh * mh),
+            "size",
+        )
+
+
+def int_setting(settings, key, minimum=None, lo=INT64_MIN, hi=INT64_MAX):
+    if key not in settings:
+        raise JobError("invalid_request", "settings lack %s" % key, key)
+    v = settings[key]
+    if isinstance(v, bool) or not isinstance(v, int):
+        # JSON numbers like 17.0 are not integers here: the server sends integers.
+        raise JobError("invalid_request", "%s must be an integer, got %r" % (key, v), key)
+    if v < lo or v > hi:
+        raise JobError("invalid_request", "%s %d is out of range" % (key, v), key)
+    if minimum is not None and v < minimum:
+        raise JobError("unsupported_value", "%s must be at least %d, got %d" % (key, minimum, v), key)
+    return v
+
+
+def settings_object(settings):
+    if not isinstance(settings, dict):
+        raise JobError("invalid_request", "settings must be an object")
+    return settings
+
+
+def prompt_setting(settings):
+    prompt = settings.get("prompt")
+    if not isinstance(prompt, str):
+        raise JobError("invalid_request", "settings lack a prompt string", "prompt")
+    return prompt
+
+
+def negative_setting(settings, default):
+    """negative_prompt; omitted (or null, or empty: the server omits an empty one) -> default."""
+    negative = settings.get("negative_prompt")
+    if negative is None or negative == "":
+        return default
+    if not isinstance(negative, str):
+        raise JobError("invalid_request", "negative_prompt must be a string", "negative_prompt")
+    return negative
+
+
+def guidance_setting(settings):
+    guidance = settings.get("guidance")
+    if isinstance(guidance, bool) or not isinstance(guidance, (int, float)) or not math.isfinite(guidance):
+        raise JobError("invalid_request", "guidance must be a finite number, got %r" % (guidance,), "guidance")
+    return float(guidance)
+
+
+# --------------------------------------------------------------------------------------------
+# Frames -> rgb24
+
+
+def quantize(x):
+    """One channel value in [0,1] -> 0..255: round(clip(x, 0, 1) * 255), round half to even
+    (as numpy.round)."""
+    if not math.isfinite(x):
+        raise JobError("non_finite_output", "the pipeline produced non-finite values (NaN/Inf)")
+    return int(round(min(max(x, 0.0), 1.0) * 255.0))
+
+
+def video_shape(video):
+    """(frames, height, width, channels) of an (F, H, W, C) array or nested list."""
+    if hasattr(video, "shape"):
+        return tuple(int(d) for d in video.shape)
+    shape = []
+    v = video
+    while isinstance(v, (list, tuple)):
+        shape.append(len(v))
+        if not v:
+            break
+        v = v[0]
+    return tuple(shape)
+
+
+def rgb24(video):
+    """Frames (F, H, W, 3) of floats in [0,1] -> raw rgb24 bytes-like (row-major, frame after
+    frame). A numpy array takes the vectorised path (numpy imported here, lazily); nested lists
+    take the pure-Python path, which defines the same arithmetic."""
+    shape = video_shape(video)
+    if len(shape) != 4 or shape[3] != 3:
+        raise JobError("bad_pipeline_output", "expected frames of shape (F, H, W, 3), got %s" % (shape,))
+    if hasattr(video, "shape"):
+        import numpy as np
+
+        arr = np.asarray(video)
+        if arr.dtype == np.uint8:
+            return np.ascontiguousarray(arr)
+        if not np.isfinite(arr).all():
+            raise JobError("non_finite_output", "the pipeline produced non-finite values (NaN/Inf)")
+        out = np.round(np.clip(arr, 0.0, 1.0) * 255.0).astype(np.uint8)
+        return np.ascontiguousarray(out)
+    buf = bytearray()
+    for frame in video:
+        for row in frame:
+            for px in row:
+                buf.append(quantize(px[0]))
+                buf.append(quantize(px[1]))
+                buf.append(quantize(px[2]))
+    return bytes(buf)
+
+
+def write_frames(path, data):
+    """Overwrite path with data; return the number of bytes written."""
+    n = memoryview(data).nbytes
+    with open(path, "wb") as f:
+        f.write(data)
+    return n
+
+
+# --------------------------------------------------------------------------------------------
+# A diffusers pipeline as a family
+
+
+class PipelineFamily:
+    """The family object for a diffusers pipeline behind a backend.
+
+    load() -> backend; the backend has: precision, generator(seed), call(kwargs) -> frames
+    (F, H, W, 3), synchronize(), reset_peak(), peak_memory_mb(), is_oom(exc), recover(), and
+    optionally ready_info(). The family supplies
+      kwargs_for(backend, settings, reference_path) -> pipeline kwargs (raises JobError), with
+          num_inference_steps set; called before anything else of the job
+      actual_for(settings, (frames, height, width, channels), steps_done) -> spec.Actual
+    """
+
+    def __init__(self, load, kwargs_for, actual_for, clock=time.perf_counter):
+        self._load = load
+        self.kwargs_for = kwargs_for
+        self.actual_for = actual_for
+        self.clock = clock
+        self.backend = None
+        self.precision = None
+
+    def load(self):
+        self.backend = self._load()
+        self.precision = self.backend.precision
+
+    def ready_info(self):
+        info = getattr(self.backend, "ready_info", None)
+        return info() if info else {}
+
+    def is_oom(self, exc):
+        return self.backend.is_oom(exc)
+
+    def recover(self):
+        self.backend.recover()
+
+    def run(self, settings, reference_path, progress_cb, cancelled):
+        b = self.backend
+        kwargs = self.kwargs_for(b, settings, reference_path)
+        if cancelled():
+            raise Cancelled(0, "cancelled before it started")
+        total = kwargs["num_inference_steps"]
+        done = [0]
+
+        def on_step(pipe, i, t, cb_kwargs):
+            done[0] = i + 1
+            progress_cb(i + 1, total)
+            if cancelled():
+                pipe._interrupt = True  # in case the exception were swallowed
+                raise Cancelled(i + 1)
+            return {}
+
+        kwargs["callback_on_step_end"] = on_step
+        try:
+            b.reset_peak()
+            t0 = self.clock()
+            video = b.call(kwargs)
+            b.synchronize()
+            wall_ms = (self.clock() - t0) * 1000.0
+            peak = b.peak_memory_mb()
+            if cancelled():
+                raise Cancelled(done[0])
+        except Cancelled as c:
+            raise Cancelled(c.step, "cancelled at step %d of %d" % (c.step, total))
+        return Output(video, self.actual_for(settings, video_shape(video), done[0]), wall_ms, peak)
+
+
+# --------------------------------------------------------------------------------------------
+# The real backend's device half (torch imported lazily)
+
+
+def require_bundle(bundle):
+    if not bundle or not os.path.isfile(os.path.join(bundle, "model_index.json")):
+        raise RuntimeError(
+            "no diffusers bundle at %r (model_index.json missing); set MEDIAQUAL_BUNDLES and the "
+            "row's bundle, MEDIAQUAL_BUNDLE or --bundle" % (bundle,)
+        )
+
+
+class TorchBackend:
+    """What every diffusers backend does on its device: deterministic set-up, seeded
+    generators, CUDA sync and peak memory, OOM recovery. A subclass calls setup() first in
+    its __init__ (after checking the bundle) and supplies pipe and call(kwargs)."""
+
+    def setup(self, device):
+        """Check the Python stack and import torch; returns the torch module."""
+        # Deterministic cuBLAS needs this before CUDA initialises; it only fixes the workspace.
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the bundle is local; never reach a hub
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        import importlib.util
+
+        for mod in ("torch", "diffusers", "transformers", "accelerate"):
+            # accelerate is not optional: without it diffusers loads with low_cpu_mem_usage=False,
+            # which it refuses for models with fp32-kept modules in a bf16 load.
+            if importlib.util.find_spec(mod) is None:
+                raise RuntimeError("python module %r is not installed (see docs/GPU.md for the device kit)" % mod)
+        import diffusers
+        import torch
+        import transformers
+
+        # Loading bars are noise in the server's log (stderr is copied there line by line).
+        diffusers.utils.logging.disable_progress_bar()
+        transformers.utils.logging.disable_progress_bar()
+        self.torch = torch
+        # Same seed -> same output: fixed (non-benchmarked) cuDNN algorithms, deterministic ones
+        # where cuDNN has a choice. Global torch.use_deterministic_algorithms is not set: it
+        # raises on ops without a deterministic kernel, and the forward pass does not need it.
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
+        self.device = torch.device(device)
+        self.cuda = self.device.type == "cuda"
+        if self.cuda:
+            if not torch.cuda.is_available():
+                raise RuntimeError("CUDA is not available (CUDA_VISIBLE_DEVICES=%r)" % os.environ.get("CUDA_VISIBLE_DEVICES"))
+            torch.cuda.set_device(self.device)
+        return torch
+
+    def generator(self, seed):
+        return self.torch.Generator(device=self.device).manual_seed(seed)
+
+    def synchronize(self):
+        if self.cuda:
+            self.torch.cuda.synchronize(self.device)
+
+    def reset_peak(self):
+        if self.cuda:
+            self.torch.cuda.reset_peak_memory_stats(self.device)
+
+    def peak_memory_mb(self):
+        if self.cuda:
+            return self.torch.cuda.max_memory_allocated(self.device) / (1 << 20)
+        return 0.0
+
+    def is_oom(self, exc):
+        return type(exc).__name__ == "OutOfMemoryError" or "out of memory" in str(exc).lower()
+
+    def recover(self):
+        import gc
+
+        gc.collect()
+        if self.cuda:
+            self.torch.cuda.empty_cache()
+
+
+# --------------------------------------------------------------------------------------------
+# Protocol
+
+
+class Worker:
+    """The JSON-lines loop of docs/WORKER.md around a family object (see the module doc)."""
+
+    def __init__(self, out, family, log):
+        self.out = out
+        self.family = family
+        self.log = log
+        self.out_lock = threading.Lock()
+        self.state = threading.Lock()
+        self.jobs = queue.Queue()
+        self.queued = set()  # ids read but not started
+        self.current = None  # id of the running job
+        self.cancelled = set()
+
+    # ---- output
+
+    def emit(self, obj):
+        line = json.dumps(obj, separators=(",", ":"), allow_nan=False) + "\n"
+        with self.out_lock:
+            try:
+                self.out.write(line)
+                self.out.flush()
+            except (BrokenPipeError, ValueError, OSError):
+                pass  # the server is gone; stdin EOF will end us
+
+    def error(self, job_id, code, message, param=None):
+        ev = {"event": "error", "id": job_id, "code": code, "message": message}
+        if param:
+            ev["param"] = param
+        self.emit(ev)
+
+    # ---- input
+
+    def read(self, inp):
+        """Reader thread: runs go to the queue, cancels mark ids; EOF drops what is left."""
+        try:
+            for raw in inp:
+                if isinstance(raw, bytes):
+                    raw = raw.decode("utf-8", "replace")
+                raw = raw.strip()
+                if not raw:
+                    continue
+                try:
+                    msg = json.loads(raw)
+                except ValueError:
+                    self.log("ignoring a line that is not JSON: %.200s" % raw)
+                    continue
+                if not isinstance(msg, dict):
+                    continue
+                op, job_id = msg.get("op"), msg.get("id")
+                if not isinstance(job_id, str) or not job_id:
+                    if op in ("run", "cancel"):
+                        self.log("ignoring %s without an id" % op)
+                    continue
+                if op == "run":
+                    with self.state:
+                        self.queued.add(job_id)
+                    self.jobs.put(msg)
+                elif op == "cancel":
+                    with self.state:
+                        if job_id in self.queued or job_id == self.current:
+                            self.cancelled.add(job_id)
+                        # else: not running (it may have just ended): ignored
+        except Exception as e:  # a broken stdin is EOF
+            self.log("stdin: %s" % e)
+        finally:
+            with self.state:
+                self.cancelled.update(self.queued)
+                if self.current is not None:
+                    self.cancelled.add(self.current)
+            self.jobs.put(None)
+
+    def is_cancelled(self, job_id):
+        with self.state:
+            return job_id in self.cancelled
+
+    # ---- main loop
+
+    def serve(self, inp):
+        try:
+            self.family.load()
+        except Exception as e:
+            self.log("load failed: %s: %s" % (type(e).__name__, e))
+            self.emit({"event": "fatal", "message": "%s: %s" % (type(e).__name__, e)})
+            return 1
+        ready = {"event": "ready", "precision": self.family.precision, "pid": os.getpid()}
+        info = getattr(self.family, "ready_info", None)
+        if info:
+            ready.update(info())
+        self.emit(ready)
+        t = threading.Thread(target=self.read, args=(inp,), name="stdin", daemon=True)
+        t.start()
+        while True:
+            msg = self.jobs.get()
+            if msg is None:
+                return 0
+            job_id = msg["id"]
+            with self.state:
+                self.queued.discard(job_id)
+                self.current = job_id
+            try:
+                self.run(job_id, msg)
+            finally:
+                with self.state:
+                    self.current = None
+                    self.cancelled.discard(job_id)
+
+    def run(self, job_id, msg):
+        f = self.family
+        output = msg.get("output")
+        reference = msg.get("reference")
+
+        def progress(done, total):
+            self.emit({"event": "progress", "id": job_id, "done": done, "total": total})
+
+        try:
+            if not isinstance(output, str) or not output:
+                raise JobError("invalid_request", "run has no output path")
+            if reference is not None and (not isinstance(reference, str) or not reference):
+                raise JobError("invalid_request", "run's reference is not a path")
+            out = f.run(msg.get("settings"), reference, progress, lambda: self.is_cancelled(job_id))
+            frames, height, width, _ = video_shape(out.video)
+            data = rgb24(out.video)
+            n = write_frames(output, data)
+            if n != frames * height * width * 3:
+                raise JobError("bad_pipeline_output", "wrote %d bytes, expected %d" % (n, frames * height * width * 3))
+        except Cancelled as c:
+            self.error(job_id, "cancelled", str(c))
+            return
+        except JobError as e:
+            self.error(job_id, e.code, e.message, e.param)
+            return
+        except Exception as e:
+            is_oom = getattr(f, "is_oom", None)
+            if is_oom and is_oom(e):
+                f.recover()
+                self.error(job_id, "out_of_memory", str(e)[:2000])
+            else:
+                self.log("job %s failed: %s: %s" % (job_id, type(e).__name__, e))
+                self.error(job_id, "pipeline_error", "%s: %s" % (type(e).__name__, str(e)[:2000]))
+            return
+        self.emit({
+            "event": "result",
+            "id": job_id,
+            "frames": frames,
+            "width": width,
+            "height": height,
+            "actual": out.actual,
+            "task_wall_ms": round(out.task_wall_ms, 3),
+            "peak_memory_mb": round(out.peak_memory_mb, 1),
+        })
+
+
+# --------------------------------------------------------------------------------------------
+# Entry point helpers
+
+
+def resolve_bundle(args, env):
+    """--bundle, else $MEDIAQUAL_BUNDLE, else $MEDIAQUAL_BUNDLES/<--bundle-name>, else None."""
+    if args.bundle:
+        return args.bundle
+    if env.get("MEDIAQUAL_BUNDLE"):
+        return env["MEDIAQUAL_BUNDLE"]
+    if env.get("MEDIAQUAL_BUNDLES") and args.bundle_name:
+        return os.path.join(env["MEDIAQUAL_BUNDLES"], args.bundle_name)
+    return None
+
+
+def main(make_worker):
+    """Serve stdin with make_worker(protocol_out) and exit with its status.
+
+    stdout is the protocol: keep a private handle on it and point fd 1 (and sys.stdout) at
+    stderr, so that a stray print or a C library writing to fd 1 cannot corrupt it."""
+    proto = os.fdopen(os.dup(1), "w", encoding="utf-8", newline="\n")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    rc = make_worker(proto).serve(sys.stdin.buffer)
+    try:
+        proto.flush()
+    except OSError:
+        pass
+    # Skip interpreter teardown (CUDA contexts, daemon threads): the job is done or dropped.
+    sys.stderr.flush()
+    os._exit(rc)

@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""Qwen-Image-Edit family native Task adapter: a mediaserve worker (docs/WORKER.md).
+
+One long-lived process per lane. It loads a diffusers QwenImageEditPlusPipeline from a bundle (a
+Hugging Face diffusers snapshot: model_index.json, transformer/, vae/, text_encoder/, tokenizer/,
+processor/, scheduler/) once in bf16, says "ready", then edits one reference image per job. The
+protocol loop, the rgb24 output and the device half of the backend are the family-independent
+models/pyworker/worker.py; this file is the family's mapping, report and pipeline loading.
+
+Configuration (argv wins over the environment):
+  --bundle DIR          the snapshot directory; else $MEDIAQUAL_BUNDLE; else
+                        $MEDIAQUAL_BUNDLES/<--bundle-name>
+  --bundle-name NAME    the row's bundle, e.g. Qwen/Qwen-Image-Edit-2511
+  --device DEV          default $MEDIAQUAL_QWENIMAGE_DEVICE or cuda:0
+
+Settings map to QwenImageEditPlusPipeline.__call__: image=[reference], prompt, negative_prompt
+(omitted -> the pinned " ", which keeps true CFG on), true_cfg_scale=guidance, guidance_scale=1.0,
+num_inference_steps, height/width from size, a seeded generator, num_images_per_prompt=1,
+output_type="np". A size that is not a multiple of 16 (VAE 8x times patch 2) is answered with an
+error event where diffusers would silently crop it.
+
+torch, diffusers and Pillow are imported only in DiffusersBackend (at load), so the mapping,
+report and protocol loop are testable without them (models/qwenimage/test_adapter.py).
+"""
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # models/
+
+from pyworker import worker as pw  # noqa: E402
+from pyworker.worker import JobError  # noqa: E402
+
+PRECISION = "bf16"
+NEGATIVE_DEFAULT = " "  # the row's pinned negative prompt: true CFG needs one
+SIZE_MULTIPLE = (16, 16)  # (height, width): VAE spatial 8x times transformer patch 2
+
+log = pw.logger("qwenimage-adapter")
+
+
+# --------------------------------------------------------------------------------------------
+# Request mapping (pure)
+
+
+def pipeline_kwargs(settings, image, generator_for, size_multiple=SIZE_MULTIPLE):
+    """Map spec.Settings (as sent in a run op) and the reference image to
+    QwenImageEditPlusPipeline.__call__ keyword arguments.
+
+    generator_for(seed) builds the torch.Generator. Raises JobError for anything the pipeline
+    would otherwise adjust silently, and for video settings (image_edit has none).
+    """
+    settings = pw.settings_object(settings)
+    prompt = pw.prompt_setting(settings)
+    negative = pw.negative_setting(settings, NEGATIVE_DEFAULT)
+    width, height = pw.parse_size(settings.get("size"))
+    pw.check_size_multiple(width, height, size_multiple)
+    for key in ("num_frames", "fps"):
+        if settings.get(key) not in (None, 0):
+            raise JobError("invalid_request", "image_edit takes no %s, got %r" % (key, settings[key]), key)
+    steps = pw.int_setting(settings, "num_inference_steps", minimum=1)
+    guidance = pw.guidance_setting(settings)
+    seed = pw.int_setting(settings, "seed")
+    return {
+        "image": [image],
+        "prompt": prompt,
+        "negative_prompt": negative,
+        # Qwen-Image's CFG is "true CFG" (two passes), driven by true_cfg_scale; guidance_scale
+        # is the distilled-guidance embedding, which this transformer does not use.
+        "true_cfg_scale": guidance,
+        "guidance_scale": 1.0,
+        "num_inference_steps": steps,
+        "height": height,
+        "width": width,
+        "generator": generator_for(seed),
+        "num_images_per_prompt": 1,
+        "output_type": "np",
+    }
+
+
+def actual_for(settings, width, height, steps_done):
+    """spec.Actual of an edited image: no frames, fps or duration."""
+    return {
+        "width": width,
+        "height": height,
+        "num_inference_steps": steps_done,
+        "guidance": float(settings["guidance"]),
+        "seed": settings["seed"],
+        "precision": PRECISION,
+    }
+
+
+def _kwargs_for(backend, settings, reference_path):
+    if reference_path is None:
+        raise JobError("invalid_request", "image_edit run has no reference", "reference")
+    try:
+        image = backend.open_reference(reference_path)
+    except OSError as e:  # missing, unreadable or not an image (PIL.UnidentifiedImageError is one)
+        raise JobError("invalid_request", "cannot read the reference %r: %s" % (reference_path, e), "reference")
+    return pipeline_kwargs(settings, image, backend.generator, backend.size_multiple)
+
+
+def _actual(settings, shape, steps_done):
+    frames, height, width, _ = shape
+    if frames != 1:
+        raise JobError("bad_pipeline_output", "expected one image, got %d" % frames)
+    return actual_for(settings, width, height, steps_done)
+
+
+class Worker(pw.Worker):
+    """The docs/WORKER.md loop around a Qwen-Image-Edit backend.
+
+    load() -> backend; the backend has: precision, size_multiple, open_reference(path) -> image,
+    generator(seed), call(kwargs) -> (1, H, W, 3) in [0, 1], synchronize(), reset_peak(),
+    peak_memory_mb(), is_oom(exc), recover().
+    """
+
+    def __init__(self, out, load, clock=time.perf_counter):
+        super().__init__(out, pw.PipelineFamily(load, _kwargs_for, _actual, clock), log)
+
+
+# --------------------------------------------------------------------------------------------
+# The real backend (torch + diffusers + Pillow, imported lazily)
+
+
+class Config:
+    def __init__(self, bundle, device="cuda:0"):
+        self.bundle = bundle
+        self.device = device
+
+
+class DiffusersBackend(pw.TorchBackend):
+    """QwenImageEditPlusPipeline on one device, all components bf16."""
+
+    precision = PRECISION
+    size_multiple = SIZE_MULTIPLE
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        bundle = cfg.bundle
+        pw.require_bundle(bundle)
+        torch = self.setup(cfg.device)
+        from diffusers import QwenImageEditPlusPipeline
+
+        log("loading %s on %s (CUDA_VISIBLE_DEVICES=%r)" % (bundle, self.device, os.environ.get("CUDA_VISIBLE_DEVICES")))
+        t0 = time.perf_counter()
+        pipe = QwenImageEditPlusPipeline.from_pretrained(bundle, torch_dtype=torch.bfloat16)
+        pipe.to(self.device)
+        pipe.set_progress_bar_config(disable=True)
+        got = {"transformer": pipe.transformer.dtype, "text_encoder": pipe.text_encoder.dtype, "vae": pipe.vae.dtype}
+        want = dict.fromkeys(got, torch.bfloat16)
+        if got != want:
+            raise RuntimeError("precision not as pinned: got %s, want %s" % (got, want))
+        multiple = pipe.vae_scale_factor * 2
+        if (multiple, multiple) != self.size_multiple:
+            raise RuntimeError("the pipeline's size multiple is %d, the adapter assumes %s" % (multiple, self.size_multiple))
+        self.pipe = pipe
+        log("loaded in %.1f s" % (time.perf_counter() - t0))
+
+    def open_reference(self, path):
+        from PIL import Image
+
+        with Image.open(path) as im:
+            return im.convert("RGB")
+
+    def call(self, kwargs):
+        """The native generation call; returns the image as (1, H, W, 3) float in [0, 1]."""
+        with self.torch.inference_mode():
+            out = self.pipe(**kwargs)
+        return out.images[:1]  # output_type="np": (num_images, H, W, 3)
+
+
+# --------------------------------------------------------------------------------------------
+# Entry point
+
+
+def parse_args(argv, env):
+    p = argparse.ArgumentParser(description="Qwen-Image-Edit QwenImageEditPlusPipeline worker for mediaserve (docs/WORKER.md)")
+    p.add_argument("--bundle", help="diffusers snapshot directory (else $MEDIAQUAL_BUNDLE)")
+    p.add_argument("--bundle-name", help="bundle under $MEDIAQUAL_BUNDLES, e.g. Qwen/Qwen-Image-Edit-2511")
+    p.add_argument("--device", default=env.get("MEDIAQUAL_QWENIMAGE_DEVICE", "cuda:0"))
+    args = p.parse_args(argv)
+    return Config(pw.resolve_bundle(args, env), args.device)
+
+
+def main(argv=None):
+    cfg = parse_args(sys.argv[1:] if argv is None else argv, os.environ)
+    pw.main(lambda proto: Worker(proto, lambda: DiffusersBackend(cfg)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,157 @@
+package qwenimage
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"mediaqual/models/spec"
+)
+
+// The Qwen-Image-Edit adapter is Python (adapter.py, a docs/WORKER.md worker on
+// models/pyworker); these tests run its unit tests and check that it maps the row's settings
+// the way the row declares them. They need only python3 (no torch, diffusers, numpy or
+// Pillow), and skip only where python3 is absent.
+
+func python(t *testing.T) string {
+	t.Helper()
+	p, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 not on PATH: the Qwen-Image-Edit adapter's tests need it")
+	}
+	return p
+}
+
+func TestAdapterPythonUnitTests(t *testing.T) {
+	cmd := exec.Command(python(t), "-m", "unittest", "-v", "test_adapter")
+	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
+	out, err := cmd.CombinedOutput()
+	t.Logf("python3 -m unittest test_adapter:\n%s", out)
+	require.NoError(t, err, "the adapter's Python unit tests fail")
+	assert.Contains(t, string(out), "\nOK")
+}
+
+// mapScript reads a list of settings on stdin and prints, per item, the adapter's pipeline
+// kwargs (the generator replaced by its seed, the image by a marker) and actual report, or its
+// error.
+const mapScript = `
+import json, sys
+import adapter
+out = []
+for s in json.load(sys.stdin):
+    try:
+        kw = adapter.pipeline_kwargs(s, "ref", lambda seed: seed)
+        out.append({"kwargs": kw, "actual": adapter.actual_for(s, kw["width"], kw["height"], kw["num_inference_steps"])})
+    except adapter.JobError as e:
+        out.append({"error": e.code, "param": e.param})
+json.dump(out, sys.stdout)
+`
+
+type mapped struct {
+	Kwargs struct {
+		Image          []string `json:"image"`
+		Prompt         string   `json:"prompt"`
+		NegativePrompt string   `json:"negative_prompt"`
+		TrueCFGScale   float64  `json:"true_cfg_scale"`
+		GuidanceScale  float64  `json:"guidance_scale"`
+		Steps          int      `json:"num_inference_steps"`
+		Height         int      `json:"height"`
+		Width          int      `json:"width"`
+		Generator      int64    `json:"generator"`
+		NumImages      int      `json:"num_images_per_prompt"`
+		OutputType     string   `json:"output_type"`
+	} `json:"kwargs"`
+	Actual spec.Actual `json:"actual"`
+	Error  string      `json:"error"`
+	Param  string      `json:"param"`
+}
+
+func runMapping(t *testing.T, items []spec.Settings) []mapped {
+	t.Helper()
+	in, err := json.Marshal(items) // marshalled exactly as server/worker sends it
+	require.NoError(t, err)
+	cmd := exec.Command(python(t), "-c", mapScript)
+	cmd.Stdin = bytes.NewReader(in)
+	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	require.NoError(t, err, stderr.String())
+	var got []mapped
+	require.NoError(t, json.Unmarshal(out, &got), string(out))
+	require.Len(t, got, len(items))
+	return got
+}
+
+func TestAdapterMapsEveryDeclaredSetting(t *testing.T) {
+	e := Entries()[0]
+	require.Equal(t, "true_cfg_scale", e.Controls.GuidanceParam)
+	var items []spec.Settings
+	d := e.Defaults
+	d.Prompt = "make the sky purple"
+	items = append(items, d)
+	for _, size := range e.Controls.Sizes {
+		s := d
+		s.Size, s.NegativePrompt, s.Seed = size, "blurry", -7
+		items = append(items, s)
+	}
+	s := d
+	s.NegativePrompt, s.Steps, s.Guidance, s.Seed = "", e.Controls.Steps.Max, e.Controls.Guidance.Max, 1<<62
+	items = append(items, s)
+	for i, got := range runMapping(t, items) {
+		s := items[i]
+		require.Empty(t, got.Error, "%+v rejected (%s)", s, got.Param)
+		k := got.Kwargs
+		assert.Equal(t, []string{"ref"}, k.Image)
+		assert.Equal(t, s.Prompt, k.Prompt)
+		neg := s.NegativePrompt
+		if neg == "" {
+			neg = e.Defaults.NegativePrompt // omitted on the wire: the pinned " "
+		}
+		assert.Equal(t, neg, k.NegativePrompt)
+		assert.Equal(t, s.Guidance, k.TrueCFGScale)
+		assert.Equal(t, 1.0, k.GuidanceScale)
+		assert.Equal(t, s.Steps, k.Steps)
+		assert.Equal(t, [2]int{s.Size.W, s.Size.H}, [2]int{k.Width, k.Height})
+		assert.Equal(t, s.Seed, k.Generator)
+		assert.Equal(t, 1, k.NumImages)
+		assert.Equal(t, "np", k.OutputType)
+		assert.Equal(t, spec.Actual{Width: s.Size.W, Height: s.Size.H, Steps: s.Steps, Guidance: s.Guidance,
+			Seed: s.Seed, Precision: e.Precision}, got.Actual)
+	}
+	assert.Equal(t, " ", e.Defaults.NegativePrompt, "the adapter's NEGATIVE_DEFAULT is the row's pinned one")
+}
+
+// TestDocumentedArgvStartsTheAdapter runs the argv docs/GPU.md gives for wiring the row, with
+// an empty bundles root: the adapter must answer with exactly one fatal line on stdout naming
+// the missing bundle, and exit 1, before it ever imports torch.
+func TestDocumentedArgvStartsTheAdapter(t *testing.T) {
+	python(t)
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	require.NoError(t, err)
+	e := Entries()[0]
+	bundles := t.TempDir()
+	cmd := exec.Command("python3", filepath.Join(root, "models/qwenimage/adapter.py"), "--bundle-name", e.Bundle)
+	cmd.Dir = t.TempDir() // mediaserve's working directory is not the repository
+	cmd.Env = append(os.Environ(), "MEDIAQUAL_BUNDLES="+bundles, "MEDIAQUAL_BUNDLE=", "PYTHONDONTWRITEBYTECODE=1")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "stderr: %s", stderr.String())
+	assert.Equal(t, 1, exit.ExitCode())
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	require.Len(t, lines, 1, "stdout is protocol only: %q", stdout.String())
+	var ev struct{ Event, Message string }
+	require.NoError(t, json.Unmarshal([]byte(lines[0]), &ev))
+	assert.Equal(t, "fatal", ev.Event)
+	assert.Contains(t, ev.Message, filepath.Join(bundles, e.Bundle))
+	assert.Contains(t, stderr.String(), "load failed")
+}
