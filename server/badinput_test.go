@@ -228,6 +228,7 @@ func TestBadInput(t *testing.T) {
 		{name: "size capital X", in: vid("size", "320X192"), status: 400, code: "invalid_request", param: "size", msg: "WxH"},
 		{name: "size three dims", in: vid("size", "320x192x1"), status: 400, code: "invalid_request", param: "size", msg: "WxH"},
 		{name: "size 6 digits", in: vid("size", "000320x192"), status: 400, code: "invalid_request", param: "size", msg: "WxH"},
+		{name: "size leading zero", in: vid("size", "0320x192"), status: 400, code: "invalid_request", param: "size", msg: "WxH"},
 		{name: "size auto on video", in: vid("size", "auto"), status: 400, code: "invalid_request", param: "size", msg: "WxH"},
 		{name: "frames off rule", in: vid("num_frames", "16"), status: 400, code: "unsupported_value", param: "num_frames", msg: "4k+1"},
 		{name: "frames too many", in: vid("num_frames", "401"), status: 400, code: "unsupported_value", param: "num_frames", msg: "4k+1"},

@@ -58,7 +58,8 @@ func ParseSize(v string) (Size, error) {
 }
 
 func parseDim(s string) (int, error) {
-	if s == "" || len(s) > 5 || strings.TrimLeft(s, "0123456789") != "" {
+	// Canonical decimal only: "0320" or "+320" is not a size anyone means to send.
+	if s == "" || len(s) > 5 || strings.TrimLeft(s, "0123456789") != "" || s[0] == '0' {
 		return 0, fmt.Errorf("bad dimension %q", s)
 	}
 	n, err := strconv.Atoi(s)

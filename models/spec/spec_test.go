@@ -8,7 +8,7 @@ import (
 
 func TestParseSize(t *testing.T) {
 	for in, ok := range map[string]bool{"832x480": true, "1x1": true, "0x5": false, "-1x5": false, "5x": false,
-		"x5": false, "5X5": false, "5x5x5": false, " 5x5": false, "+5x5": false, "999999x1": false, "": false} {
+		"x5": false, "5X5": false, "5x5x5": false, "00320x192": false, "320x0192": false, " 5x5": false, "+5x5": false, "999999x1": false, "": false} {
 		_, err := ParseSize(in)
 		assert.Equal(t, ok, err == nil, in)
 	}
