@@ -1,17 +1,12 @@
 package qwenimage
 
 import (
-	"bytes"
-	"encoding/json"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"mediaqual/models/pyworker"
 	"mediaqual/models/spec"
 )
 
@@ -20,23 +15,7 @@ import (
 // the way the row declares them. They need only python3 (no torch, diffusers, numpy or
 // Pillow), and skip only where python3 is absent.
 
-func python(t *testing.T) string {
-	t.Helper()
-	p, err := exec.LookPath("python3")
-	if err != nil {
-		t.Skip("python3 not on PATH: the Qwen-Image-Edit adapter's tests need it")
-	}
-	return p
-}
-
-func TestAdapterPythonUnitTests(t *testing.T) {
-	cmd := exec.Command(python(t), "-m", "unittest", "-v", "test_adapter")
-	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
-	out, err := cmd.CombinedOutput()
-	t.Logf("python3 -m unittest test_adapter:\n%s", out)
-	require.NoError(t, err, "the adapter's Python unit tests fail")
-	assert.Contains(t, string(out), "\nOK")
-}
+func TestAdapterPythonUnitTests(t *testing.T) { pyworker.UnitTests(t) }
 
 // mapScript reads a list of settings on stdin and prints, per item, the adapter's pipeline
 // kwargs (the generator replaced by its seed, the image by a marker) and actual report, or its
@@ -75,17 +54,8 @@ type mapped struct {
 
 func runMapping(t *testing.T, items []spec.Settings) []mapped {
 	t.Helper()
-	in, err := json.Marshal(items) // marshalled exactly as server/worker sends it
-	require.NoError(t, err)
-	cmd := exec.Command(python(t), "-c", mapScript)
-	cmd.Stdin = bytes.NewReader(in)
-	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	require.NoError(t, err, stderr.String())
 	var got []mapped
-	require.NoError(t, json.Unmarshal(out, &got), string(out))
+	pyworker.Script(t, mapScript, items, &got) // settings marshalled exactly as server/worker sends them
 	require.Len(t, got, len(items))
 	return got
 }
@@ -129,29 +99,9 @@ func TestAdapterMapsEveryDeclaredSetting(t *testing.T) {
 	assert.Equal(t, " ", e.Defaults.NegativePrompt, "the adapter's NEGATIVE_DEFAULT is the row's pinned one")
 }
 
-// TestDocumentedArgvStartsTheAdapter runs the argv docs/GPU.md gives for wiring the row, with
-// an empty bundles root: the adapter must answer with exactly one fatal line on stdout naming
-// the missing bundle, and exit 1, before it ever imports torch.
+// TestDocumentedArgvStartsTheAdapter runs the argv docs/GPU.md gives for wiring the row,
+// without its bundle.
 func TestDocumentedArgvStartsTheAdapter(t *testing.T) {
-	python(t)
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	require.NoError(t, err)
 	e := Entries()[0]
-	bundles := t.TempDir()
-	cmd := exec.Command("python3", filepath.Join(root, "models/qwenimage/adapter.py"), "--bundle-name", e.Bundle)
-	cmd.Dir = t.TempDir() // mediaserve's working directory is not the repository
-	cmd.Env = append(os.Environ(), "MEDIAQUAL_BUNDLES="+bundles, "MEDIAQUAL_BUNDLE=", "PYTHONDONTWRITEBYTECODE=1")
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err = cmd.Run()
-	var exit *exec.ExitError
-	require.ErrorAs(t, err, &exit, "stderr: %s", stderr.String())
-	assert.Equal(t, 1, exit.ExitCode())
-	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
-	require.Len(t, lines, 1, "stdout is protocol only: %q", stdout.String())
-	var ev struct{ Event, Message string }
-	require.NoError(t, json.Unmarshal([]byte(lines[0]), &ev))
-	assert.Equal(t, "fatal", ev.Event)
-	assert.Contains(t, ev.Message, filepath.Join(bundles, e.Bundle))
-	assert.Contains(t, stderr.String(), "load failed")
+	pyworker.ExpectFatalWithoutBundle(t, []string{"python3", "models/qwenimage/adapter.py", "--bundle-name", e.Bundle}, e.Bundle)
 }

@@ -4,14 +4,10 @@ Run from the repository root or from models/qwenimage:  python3 -m unittest -v t
 (models/qwenimage/adapter_test.go runs it under `go test ./...`).
 """
 
-import io
-import json
 import os
-import queue
 import struct
 import sys
 import tempfile
-import threading
 import time
 import unittest
 import zlib
@@ -19,6 +15,9 @@ import zlib
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import adapter  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # models/
+from pyworker.testing import WorkerTestCase  # noqa: E402
 
 
 def settings(**over):
@@ -211,84 +210,15 @@ class FakeBackend:
         self.events.append("recover")
 
 
-class PipeIn:
-    def __init__(self):
-        self.q = queue.Queue()
-
-    def send(self, obj):
-        self.q.put((json.dumps(obj) if not isinstance(obj, str) else obj) + "\n")
-
-    def close(self):
-        self.q.put(None)
-
-    def __iter__(self):
-        while True:
-            line = self.q.get()
-            if line is None:
-                return
-            yield line.encode()
-
-
-class LineOut(io.TextIOBase):
-    def __init__(self):
-        self.buf = ""
-        self.lines = queue.Queue()
-
-    def write(self, s):
-        self.buf += s
-        while "\n" in self.buf:
-            line, self.buf = self.buf.split("\n", 1)
-            self.lines.put(json.loads(line))  # every stdout line must be JSON
-        return len(s)
-
-    def flush(self):
-        pass
-
-    def next_event(self, timeout=5):
-        return self.lines.get(timeout=timeout)
-
-
-class ProtocolTest(unittest.TestCase):
-    def start(self, pipe=None, load=None, clock=time.perf_counter):
-        self.pipe = pipe or FakePipe()
-        self.backend = FakeBackend(self.pipe)
-        self.inp, self.out = PipeIn(), LineOut()
-        self.worker = adapter.Worker(self.out, load or (lambda: self.backend), clock=clock)
-        self.rc = []
-        self.thread = threading.Thread(target=lambda: self.rc.append(self.worker.serve(self.inp)), daemon=True)
-        self.thread.start()
-        tmp = tempfile.TemporaryDirectory()
-        self.addCleanup(tmp.cleanup)
-        self.tmp = tmp.name
-
-    def stop(self):
-        self.inp.close()
-        self.thread.join(5)
-        self.assertFalse(self.thread.is_alive(), "worker did not exit on stdin EOF")
-        self.assertEqual(self.rc, [0])
-
-    def path(self, name, create=True):
-        p = os.path.join(self.tmp, name)
-        if create:
-            open(p, "wb").close()  # the server creates the output, empty
-        return p
+class ProtocolTest(WorkerTestCase):
+    adapter = adapter
+    fake_pipe = FakePipe
+    fake_backend = FakeBackend
 
     def reference(self, name="ref.png", w=20, h=12):
         p = self.path(name, create=False)
         write_png(p, w, h)
         return p
-
-    def until(self, event, job_id):
-        progress = []
-        while True:
-            ev = self.out.next_event()
-            if ev.get("id") != job_id:
-                continue
-            if ev["event"] == "progress":
-                progress.append(ev)
-                continue
-            self.assertEqual(ev["event"], event, ev)
-            return ev, progress
 
     def test_write_png_is_valid(self):
         p = os.path.join(tempfile.gettempdir(), "mediaqual-qwen-test-%d.png" % os.getpid())

@@ -1,17 +1,12 @@
 package wan
 
 import (
-	"bytes"
-	"encoding/json"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"mediaqual/models/pyworker"
 	"mediaqual/models/spec"
 )
 
@@ -19,23 +14,7 @@ import (
 // tests and check that it maps every row's settings the way the rows declare them. They need
 // only python3 (no torch, diffusers or numpy), and skip only where python3 is absent.
 
-func python(t *testing.T) string {
-	t.Helper()
-	p, err := exec.LookPath("python3")
-	if err != nil {
-		t.Skip("python3 not on PATH: the Wan adapter's tests need it")
-	}
-	return p
-}
-
-func TestAdapterPythonUnitTests(t *testing.T) {
-	cmd := exec.Command(python(t), "-m", "unittest", "-v", "test_adapter")
-	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
-	out, err := cmd.CombinedOutput()
-	t.Logf("python3 -m unittest test_adapter:\n%s", out)
-	require.NoError(t, err, "the adapter's Python unit tests fail")
-	assert.Contains(t, string(out), "\nOK")
-}
+func TestAdapterPythonUnitTests(t *testing.T) { pyworker.UnitTests(t) }
 
 // pinned are the family's per-checkpoint facts the adapter depends on: the UniPC flow_shift
 // (argv) and the size granularity of the pipeline (VAE spatial factor x patch), which the
@@ -88,17 +67,8 @@ type mapItem struct {
 
 func runMapping(t *testing.T, items []mapItem) []mapped {
 	t.Helper()
-	in, err := json.Marshal(items)
-	require.NoError(t, err)
-	cmd := exec.Command(python(t), "-c", mapScript)
-	cmd.Stdin = bytes.NewReader(in)
-	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	require.NoError(t, err, stderr.String())
 	var got []mapped
-	require.NoError(t, json.Unmarshal(out, &got), string(out))
+	pyworker.Script(t, mapScript, items, &got)
 	require.Len(t, got, len(items))
 	return got
 }
@@ -166,33 +136,9 @@ func TestAdapterFrameRuleAgreesWithTheRows(t *testing.T) {
 	}
 }
 
-// TestWorkerArgvStartsTheAdapter runs the argv the rows will use, with an empty bundles root:
-// the adapter must answer with exactly one fatal line on stdout naming the missing bundle, and
-// exit 1, before it ever imports torch.
+// TestWorkerArgvStartsTheAdapter runs the argv the rows use, without their bundles.
 func TestWorkerArgvStartsTheAdapter(t *testing.T) {
-	python(t)
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	require.NoError(t, err)
-	bundles := t.TempDir()
 	for _, e := range Entries() {
-		argv := worker(pinned[e.ID].flowShift, e.Bundle)
-		require.Equal(t, "python3", argv[0])
-		argv[1] = filepath.Join(root, argv[1]) // as mediaserve resolves it against MEDIAQUAL_ROOT
-		cmd := exec.Command(argv[0], argv[1:]...)
-		cmd.Dir = t.TempDir() // mediaserve's working directory is not the repository
-		cmd.Env = append(os.Environ(), "MEDIAQUAL_BUNDLES="+bundles, "MEDIAQUAL_BUNDLE=", "PYTHONDONTWRITEBYTECODE=1")
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		err := cmd.Run()
-		var exit *exec.ExitError
-		require.ErrorAs(t, err, &exit, "stderr: %s", stderr.String())
-		assert.Equal(t, 1, exit.ExitCode())
-		lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
-		require.Len(t, lines, 1, "stdout is protocol only: %q", stdout.String())
-		var ev struct{ Event, Message string }
-		require.NoError(t, json.Unmarshal([]byte(lines[0]), &ev))
-		assert.Equal(t, "fatal", ev.Event)
-		assert.Contains(t, ev.Message, filepath.Join(bundles, e.Bundle))
-		assert.Contains(t, stderr.String(), "load failed")
+		pyworker.ExpectFatalWithoutBundle(t, worker(pinned[e.ID].flowShift, e.Bundle), e.Bundle)
 	}
 }

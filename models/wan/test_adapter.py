@@ -7,7 +7,6 @@ Run from the repository root or from models/wan:  python3 -m unittest -v test_ad
 import io
 import json
 import os
-import queue
 import sys
 import tempfile
 import threading
@@ -17,6 +16,9 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import adapter  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # models/
+from pyworker.testing import WorkerTestCase  # noqa: E402
 import build_l0  # noqa: E402
 
 try:
@@ -248,84 +250,10 @@ class FakeBackend:
         return {"weights": "fake"}
 
 
-class PipeIn:
-    """A blocking line source for the worker's reader thread (stdin)."""
-
-    def __init__(self):
-        self.q = queue.Queue()
-
-    def send(self, obj):
-        self.q.put((json.dumps(obj) if not isinstance(obj, str) else obj) + "\n")
-
-    def close(self):
-        self.q.put(None)
-
-    def __iter__(self):
-        while True:
-            line = self.q.get()
-            if line is None:
-                return
-            yield line.encode()
-
-
-class LineOut(io.TextIOBase):
-    """Collects the worker's stdout lines; next_event waits for one."""
-
-    def __init__(self):
-        self.buf = ""
-        self.lines = queue.Queue()
-        self.all = []
-
-    def write(self, s):
-        self.buf += s
-        while "\n" in self.buf:
-            line, self.buf = self.buf.split("\n", 1)
-            ev = json.loads(line)  # every stdout line must be JSON
-            self.all.append(ev)
-            self.lines.put(ev)
-        return len(s)
-
-    def flush(self):
-        pass
-
-    def next_event(self, timeout=5):
-        return self.lines.get(timeout=timeout)
-
-
-class ProtocolTest(unittest.TestCase):
-    def start(self, pipe=None, load=None, clock=time.perf_counter):
-        self.pipe = pipe or FakePipe()
-        self.backend = FakeBackend(self.pipe)
-        self.inp, self.out = PipeIn(), LineOut()
-        self.worker = adapter.Worker(self.out, load or (lambda: self.backend), clock=clock)
-        self.rc = []
-        self.thread = threading.Thread(target=lambda: self.rc.append(self.worker.serve(self.inp)), daemon=True)
-        self.thread.start()
-        self.tmp = tempfile.mkdtemp()
-        self.addCleanup(lambda: [os.remove(os.path.join(self.tmp, f)) for f in os.listdir(self.tmp)] and None)
-
-    def stop(self):
-        self.inp.close()
-        self.thread.join(5)
-        self.assertFalse(self.thread.is_alive(), "worker did not exit on stdin EOF")
-        self.assertEqual(self.rc, [0])
-
-    def output(self, name):
-        p = os.path.join(self.tmp, name)
-        open(p, "wb").close()  # the server creates it, empty
-        return p
-
-    def until(self, event, job_id):
-        progress = []
-        while True:
-            ev = self.out.next_event()
-            if ev.get("id") != job_id:
-                continue
-            if ev["event"] == "progress":
-                progress.append(ev)
-                continue
-            self.assertEqual(ev["event"], event, ev)
-            return ev, progress
+class ProtocolTest(WorkerTestCase):
+    adapter = adapter
+    fake_pipe = FakePipe
+    fake_backend = FakeBackend
 
     def test_ready_run_result(self):
         ticks = iter([10.0, 10.5])
@@ -334,7 +262,7 @@ class ProtocolTest(unittest.TestCase):
         self.assertEqual(ready["event"], "ready")
         self.assertEqual(ready["precision"], "bf16")
         self.assertEqual(ready["pid"], os.getpid())
-        out = self.output("job-1.rgb")
+        out = self.path("job-1.rgb")
         self.inp.send({"op": "run", "id": "job-1", "settings": settings(size="32x16", num_frames=5, num_inference_steps=3), "output": out})
         res, progress = self.until("result", "job-1")
         self.assertEqual([(p["done"], p["total"]) for p in progress], [(1, 3), (2, 3), (3, 3)])
@@ -355,7 +283,7 @@ class ProtocolTest(unittest.TestCase):
         self.out.next_event()
         outs = []
         for i, seed in enumerate((42, 42, 43)):
-            out = self.output("j%d.rgb" % i)
+            out = self.path("j%d.rgb" % i)
             self.inp.send({"op": "run", "id": "j%d" % i, "settings": settings(size="16x16", num_frames=5, num_inference_steps=1, seed=seed), "output": out})
             self.until("result", "j%d" % i)
             with open(out, "rb") as f:
@@ -367,7 +295,7 @@ class ProtocolTest(unittest.TestCase):
     def test_bad_frames_is_an_error_and_the_worker_goes_on(self):
         self.start()
         self.out.next_event()
-        out = self.output("bad.rgb")
+        out = self.path("bad.rgb")
         self.inp.send({"op": "run", "id": "bad", "settings": settings(num_frames=16), "output": out})
         err, progress = self.until("error", "bad")
         self.assertEqual(err["code"], "unsupported_value")
@@ -376,14 +304,14 @@ class ProtocolTest(unittest.TestCase):
         self.assertEqual(progress, [])
         self.assertEqual(self.pipe.calls, [], "the pipeline never ran")
         self.assertEqual(os.path.getsize(out), 0)
-        self.inp.send({"op": "run", "id": "ok", "settings": settings(size="16x16", num_frames=5, num_inference_steps=1), "output": self.output("ok.rgb")})
+        self.inp.send({"op": "run", "id": "ok", "settings": settings(size="16x16", num_frames=5, num_inference_steps=1), "output": self.path("ok.rgb")})
         self.until("result", "ok")
         self.stop()
 
     def test_cancel_between_steps(self):
         self.start(pipe=FakePipe(step_delay=0.02))
         self.out.next_event()
-        self.inp.send({"op": "run", "id": "long", "settings": settings(size="16x16", num_frames=5, num_inference_steps=200), "output": self.output("long.rgb")})
+        self.inp.send({"op": "run", "id": "long", "settings": settings(size="16x16", num_frames=5, num_inference_steps=200), "output": self.path("long.rgb")})
         first = self.out.next_event()
         self.assertEqual((first["event"], first["done"]), ("progress", 1))
         self.inp.send({"op": "cancel", "id": "long"})
@@ -393,7 +321,7 @@ class ProtocolTest(unittest.TestCase):
         self.assertIn("cancelled at step", err["message"])
         # A late cancel for a job that ended is ignored; the next job runs normally.
         self.inp.send({"op": "cancel", "id": "long"})
-        self.inp.send({"op": "run", "id": "next", "settings": settings(size="16x16", num_frames=5, num_inference_steps=2), "output": self.output("next.rgb")})
+        self.inp.send({"op": "run", "id": "next", "settings": settings(size="16x16", num_frames=5, num_inference_steps=2), "output": self.path("next.rgb")})
         res, _ = self.until("result", "next")
         self.assertEqual(res["frames"], 5)
         self.stop()
@@ -401,8 +329,8 @@ class ProtocolTest(unittest.TestCase):
     def test_cancel_of_a_queued_job(self):
         self.start(pipe=FakePipe(step_delay=0.01))
         self.out.next_event()
-        self.inp.send({"op": "run", "id": "a", "settings": settings(size="16x16", num_frames=5, num_inference_steps=20), "output": self.output("a.rgb")})
-        self.inp.send({"op": "run", "id": "b", "settings": settings(size="16x16", num_frames=5, num_inference_steps=20), "output": self.output("b.rgb")})
+        self.inp.send({"op": "run", "id": "a", "settings": settings(size="16x16", num_frames=5, num_inference_steps=20), "output": self.path("a.rgb")})
+        self.inp.send({"op": "run", "id": "b", "settings": settings(size="16x16", num_frames=5, num_inference_steps=20), "output": self.path("b.rgb")})
         self.inp.send({"op": "cancel", "id": "b"})
         self.until("result", "a")
         err, progress = self.until("error", "b")
@@ -412,7 +340,7 @@ class ProtocolTest(unittest.TestCase):
     def test_eof_drops_the_running_job_and_exits_0(self):
         self.start(pipe=FakePipe(step_delay=0.02))
         self.out.next_event()
-        self.inp.send({"op": "run", "id": "x", "settings": settings(size="16x16", num_frames=5, num_inference_steps=500), "output": self.output("x.rgb")})
+        self.inp.send({"op": "run", "id": "x", "settings": settings(size="16x16", num_frames=5, num_inference_steps=500), "output": self.path("x.rgb")})
         self.assertTrue(self.pipe.started.wait(5))
         t0 = time.time()
         self.stop()
@@ -423,7 +351,7 @@ class ProtocolTest(unittest.TestCase):
         self.out.next_event()
         for junk in ("not json", "[1,2]", '{"op":"run"}', '{"op":"dance","id":"z"}', '{"op":"cancel","id":"nobody"}'):
             self.inp.send(junk)
-        self.inp.send({"op": "run", "id": "r", "settings": settings(size="16x16", num_frames=1, num_inference_steps=1), "output": self.output("r.rgb")})
+        self.inp.send({"op": "run", "id": "r", "settings": settings(size="16x16", num_frames=1, num_inference_steps=1), "output": self.path("r.rgb")})
         res, _ = self.until("result", "r")
         self.assertEqual(res["frames"], 1)
         self.stop()
@@ -434,7 +362,7 @@ class ProtocolTest(unittest.TestCase):
         self.inp.send({"op": "run", "id": "o", "settings": settings()})
         err, _ = self.until("error", "o")
         self.assertEqual(err["code"], "invalid_request")
-        self.inp.send({"op": "run", "id": "s", "settings": "nope", "output": self.output("s.rgb")})
+        self.inp.send({"op": "run", "id": "s", "settings": "nope", "output": self.path("s.rgb")})
         err, _ = self.until("error", "s")
         self.assertEqual(err["code"], "invalid_request")
         self.stop()
@@ -442,12 +370,12 @@ class ProtocolTest(unittest.TestCase):
     def test_pipeline_failures(self):
         self.start(pipe=FakePipe(fail=RuntimeError("CUDA out of memory. Tried to allocate 2 GiB")))
         self.out.next_event()
-        self.inp.send({"op": "run", "id": "m", "settings": settings(), "output": self.output("m.rgb")})
+        self.inp.send({"op": "run", "id": "m", "settings": settings(), "output": self.path("m.rgb")})
         err, _ = self.until("error", "m")
         self.assertEqual(err["code"], "out_of_memory")
         self.assertIn("recover", self.backend.events)
         self.pipe.fail = ValueError("boom")
-        self.inp.send({"op": "run", "id": "v", "settings": settings(), "output": self.output("v.rgb")})
+        self.inp.send({"op": "run", "id": "v", "settings": settings(), "output": self.path("v.rgb")})
         err, _ = self.until("error", "v")
         self.assertEqual(err["code"], "pipeline_error")
         self.assertIn("boom", err["message"])
@@ -460,7 +388,7 @@ class ProtocolTest(unittest.TestCase):
 
         self.start(pipe=NaNPipe())
         self.out.next_event()
-        self.inp.send({"op": "run", "id": "n", "settings": settings(size="16x16", num_frames=1), "output": self.output("n.rgb")})
+        self.inp.send({"op": "run", "id": "n", "settings": settings(size="16x16", num_frames=1), "output": self.path("n.rgb")})
         err, _ = self.until("error", "n")
         self.assertEqual(err["code"], "non_finite_output")
         self.stop()

@@ -1,0 +1,101 @@
+"""Test scaffolding shared by every family's adapter tests: a family's Worker runs in a thread
+on in-memory stdin/stdout, so the docs/WORKER.md protocol is tested without torch or a GPU."""
+
+import io
+import json
+import os
+import queue
+import tempfile
+import threading
+import time
+import unittest
+
+
+class PipeIn:
+    """A blocking line source for the worker's reader thread (stdin)."""
+
+    def __init__(self):
+        self.q = queue.Queue()
+
+    def send(self, obj):
+        self.q.put((json.dumps(obj) if not isinstance(obj, str) else obj) + "\n")
+
+    def close(self):
+        self.q.put(None)
+
+    def __iter__(self):
+        while True:
+            line = self.q.get()
+            if line is None:
+                return
+            yield line.encode()
+
+
+class LineOut(io.TextIOBase):
+    """Collects the worker's stdout lines; next_event waits for one."""
+
+    def __init__(self):
+        self.buf = ""
+        self.lines = queue.Queue()
+        self.all = []
+
+    def write(self, s):
+        self.buf += s
+        while "\n" in self.buf:
+            line, self.buf = self.buf.split("\n", 1)
+            ev = json.loads(line)  # every stdout line must be JSON
+            self.all.append(ev)
+            self.lines.put(ev)
+        return len(s)
+
+    def flush(self):
+        pass
+
+    def next_event(self, timeout=5):
+        return self.lines.get(timeout=timeout)
+
+
+class WorkerTestCase(unittest.TestCase):
+    """Base of a family's protocol tests. Subclasses set adapter (the family's adapter module),
+    fake_pipe (a fake pipeline class) and fake_backend (the backend class wrapping it)."""
+
+    adapter = None
+    fake_pipe = None
+    fake_backend = None
+
+    def start(self, pipe=None, load=None, clock=time.perf_counter):
+        self.pipe = pipe or self.fake_pipe()
+        self.backend = self.fake_backend(self.pipe)
+        self.inp, self.out = PipeIn(), LineOut()
+        self.worker = self.adapter.Worker(self.out, load or (lambda: self.backend), clock=clock)
+        self.rc = []
+        self.thread = threading.Thread(target=lambda: self.rc.append(self.worker.serve(self.inp)), daemon=True)
+        self.thread.start()
+        tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp.cleanup)
+        self.tmp = tmp.name
+
+    def stop(self):
+        self.inp.close()
+        self.thread.join(5)
+        self.assertFalse(self.thread.is_alive(), "worker did not exit on stdin EOF")
+        self.assertEqual(self.rc, [0])
+
+    def path(self, name, create=True):
+        p = os.path.join(self.tmp, name)
+        if create:
+            open(p, "wb").close()  # the server creates the output, empty
+        return p
+
+    def until(self, event, job_id):
+        """Waits for job_id's event, collecting its progress events on the way."""
+        progress = []
+        while True:
+            ev = self.out.next_event()
+            if ev.get("id") != job_id:
+                continue
+            if ev["event"] == "progress":
+                progress.append(ev)
+                continue
+            self.assertEqual(ev["event"], event, ev)
+            return ev, progress
