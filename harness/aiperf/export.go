@@ -1,13 +1,13 @@
 package aiperf
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"mediaqual/harness/jsonl"
 )
 
 // Phases of a record.
@@ -118,12 +118,12 @@ type Exports struct {
 func ReadExports(dir string) (Exports, error) {
 	var x Exports
 	var err error
-	if x.Records, err = readJSONL[Record](filepath.Join(dir, "profile_export.jsonl")); err != nil {
+	if x.Records, err = jsonl.Read[Record](filepath.Join(dir, "profile_export.jsonl")); err != nil {
 		return x, err
 	}
 	merged := filepath.Join(dir, "profile_export_raw.jsonl")
 	if _, err := os.Stat(merged); err == nil {
-		if x.Raw, err = readJSONL[RawRecord](merged); err != nil {
+		if x.Raw, err = jsonl.Read[RawRecord](merged); err != nil {
 			return x, err
 		}
 	} else {
@@ -132,7 +132,7 @@ func ReadExports(dir string) (Exports, error) {
 			return x, fmt.Errorf("%s: no raw records (neither profile_export_raw.jsonl nor raw_records/)", dir)
 		}
 		for _, p := range parts {
-			raw, err := readJSONL[RawRecord](p)
+			raw, err := jsonl.Read[RawRecord](p)
 			if err != nil {
 				return x, err
 			}
@@ -151,26 +151,4 @@ func ReadExports(dir string) (Exports, error) {
 	}
 	x.HasSummary = true
 	return x, nil
-}
-
-func readJSONL[T any](path string) ([]T, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var out []T
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<30) // raw records carry whole images
-	for n := 1; sc.Scan(); n++ {
-		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
-			continue
-		}
-		var v T
-		if err := json.Unmarshal(sc.Bytes(), &v); err != nil {
-			return nil, fmt.Errorf("%s line %d: %w", filepath.Base(path), n, err)
-		}
-		out = append(out, v)
-	}
-	return out, sc.Err()
 }

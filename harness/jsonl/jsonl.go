@@ -1,0 +1,35 @@
+// Package jsonl reads JSON-lines files (ledgers, AIPerf exports), one value a line.
+package jsonl
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// Read decodes every line of path into a T; blank lines are skipped, a malformed line is an
+// error naming the file and line. Lines may be large: raw AIPerf records carry whole images.
+func Read[T any](path string) ([]T, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []T
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<30)
+	for n := 1; sc.Scan(); n++ {
+		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
+			continue
+		}
+		var v T
+		if err := json.Unmarshal(sc.Bytes(), &v); err != nil {
+			return nil, fmt.Errorf("%s line %d: %w", filepath.Base(path), n, err)
+		}
+		out = append(out, v)
+	}
+	return out, sc.Err()
+}
