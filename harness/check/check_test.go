@@ -147,3 +147,16 @@ func TestInfluenceProbe(t *testing.T) {
 	failsWith(t, err, "influence-closer-to-own")
 	assert.Equal(t, spec.GapIgnoresReference, gap)
 }
+
+func TestSizeMismatchChecks(t *testing.T) {
+	want := spec.Settings{Size: spec.Size{W: 160, H: 96}, NumFrames: 17, FPS: 16}
+	p, err := media.FFprobe(context.Background(), clip(t, 17, 128, 96, 16))
+	require.NoError(t, err)
+	failsWith(t, check.Decoded(p, want), "decoded-size")
+
+	_, err = check.Motion([]*image.RGBA{pattern(32, 32, 0), pattern(16, 32, 3)}, spec.VideoContract{MinStdDev: 1})
+	failsWith(t, err, "frame-size")
+
+	_, err = check.Influence(pattern(48, 48, 0), pattern(32, 48, 0), pattern(48, 48, 0), pattern(48, 48, 20))
+	failsWith(t, err, "influence-size")
+}
