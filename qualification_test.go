@@ -112,11 +112,10 @@ type qualification struct {
 	ctx   context.Context
 	dir   string // this case's kept files: logs, artifacts, native outputs
 
-	native    map[string]nativeResult // fixture key -> native path result
-	server    *servedModel
-	served    []servedRequest // the AIPerf run's requests
-	probeJobs []string        // video jobs the suite's own probes created
-	pollMS    float64
+	native map[string]nativeResult // fixture key -> native path result
+	server *servedModel
+	served []servedRequest // the AIPerf run's requests
+	pollMS float64
 }
 
 func qualify(t *testing.T, id string) {

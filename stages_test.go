@@ -404,48 +404,25 @@ func (q *qualification) artifacts(t *testing.T) (string, error) {
 	return fmt.Sprintf("%d artifacts of the AIPerf run fetched, matched to the ledger's digests and verified", len(q.served)), nil
 }
 
-// send is the suite's own request (for probes, not load): one job through the client,
-// waited for, its artifact fetched and checked against the declared digest.
-func (q *qualification) send(it workItem, requestID string) (string, error) {
-	api := q.server.api
+// edit is the suite's own image edit (for the influence probe, not load): one request
+// through the client, its PNG checked against the declared digest and kept.
+func (q *qualification) edit(it workItem, requestID string) (string, error) {
 	fields := map[string]string{"model": q.entry.ID}
 	for k, v := range it.fields {
 		fields[k] = v
 	}
-	var data []byte
-	var declared string
-	if q.entry.Workload == spec.TextToVideo {
-		v, err := api.CreateVideo(q.ctx, fields, requestID)
-		if err != nil {
-			return "", err
-		}
-		done, _, err := api.WaitVideo(q.ctx, v.ID)
-		if err != nil {
-			return "", err
-		}
-		if done.Status != client.StatusCompleted {
-			return "", fmt.Errorf("check job-completed: %s (request %s) ended %s: %+v", v.ID, requestID, done.Status, done.Error)
-		}
-		if data, _, err = api.Content(q.ctx, v.ID); err != nil {
-			return "", err
-		}
-		declared = done.SHA256
-		q.probeJobs = append(q.probeJobs, v.ID)
-	} else {
-		r, err := api.Edit(q.ctx, fields, it.ref, "reference.png", requestID)
-		if err != nil {
-			return "", err
-		}
-		data, declared = r.PNG, r.SHA256
-	}
-	if err := check.Digest("artifact-digest", digest(data), declared); err != nil {
+	r, err := q.server.api.Edit(q.ctx, fields, it.ref, "reference.png", requestID)
+	if err != nil {
 		return "", err
 	}
-	path := filepath.Join(q.dir, "probe", requestID+extension(q.entry.Workload))
+	if err := check.Digest("artifact-digest", digest(r.PNG), r.SHA256); err != nil {
+		return "", err
+	}
+	path := filepath.Join(q.dir, "probe", requestID+".png")
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return "", err
 	}
-	return path, os.WriteFile(path, data, 0o644)
+	return path, os.WriteFile(path, r.PNG, 0o644)
 }
 
 // identity compares every served artifact with the native artifact for the same inputs.
@@ -484,11 +461,11 @@ func (q *qualification) influence(t *testing.T) (string, error) {
 	}
 	a, b := items[0], items[1]
 	b.fields = a.fields // same instruction and settings, other reference
-	pa, err := q.send(a, casePrefix(q.entry.ID)+"-influence-a")
+	pa, err := q.edit(a, casePrefix(q.entry.ID)+"-influence-a")
 	if err != nil {
 		return "", err
 	}
-	pb, err := q.send(b, casePrefix(q.entry.ID)+"-influence-b")
+	pb, err := q.edit(b, casePrefix(q.entry.ID)+"-influence-b")
 	if err != nil {
 		return "", err
 	}
@@ -643,7 +620,7 @@ func (q *qualification) cleanup(t *testing.T) (string, error) {
 		return "", errors.New("no server: the serve stage failed")
 	}
 	api := q.server.api
-	ids := slices.Clone(q.probeJobs)
+	var ids []string
 	for _, s := range q.served {
 		if q.entry.Workload == spec.TextToVideo && s.jobID != "" {
 			ids = append(ids, s.jobID)
