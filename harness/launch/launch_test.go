@@ -257,7 +257,8 @@ func TestServerDiesWithTestBinary(t *testing.T) {
 	t.Parallel()
 	pidFile := filepath.Join(t.TempDir(), "pid")
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperTimesOut$", "-test.timeout=3s", "-test.v")
-	cmd.Env = append(os.Environ(), "LAUNCH_HELPER_PIDFILE="+pidFile)
+	// The helper's t.TempDir is never cleaned up (the timeout panic skips cleanup): keep it in ours.
+	cmd.Env = append(os.Environ(), "LAUNCH_HELPER_PIDFILE="+pidFile, "TMPDIR="+t.TempDir())
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
