@@ -92,6 +92,7 @@ func TestFailedAndUnfinishedJobsAreNamed(t *testing.T) {
 		Extra: [][2]string{{"num_frames", "5"}}, Warmup: 0, Requests: 3, Concurrency: 1, // in file order: one lane
 		ArtifactDir: filepath.Join(dir, "aiperf"), PollInterval: 50 * time.Millisecond, RequestTimeout: 3 * time.Second}
 	require.NoError(t, env.Exec(ctx, run))
+	assert.NoDirExists(t, filepath.Join(run.ArtifactDir, "tmp"), "AIPerf's scratch is removed")
 
 	x, err := aiperf.ReadExports(run.ArtifactDir)
 	require.NoError(t, err)
