@@ -1,6 +1,7 @@
 package mediaqual_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -143,12 +144,13 @@ func (q *qualification) correctness(t *testing.T) (string, error) {
 	}
 	// Every input runs natively even after one fails a check, so identity has a native
 	// counterpart for each and the message lists every failure.
+	native, err := q.runNative(items)
+	if err != nil {
+		return "", err
+	}
 	var failed []error
 	for _, it := range items {
-		n, err := q.runNative(t, it)
-		if err != nil {
-			return "", err
-		}
+		n := native[it.key]
 		q.native[it.key] = n
 		if err := q.validate(t, n.path, it); err != nil {
 			failed = append(failed, fmt.Errorf("native %s: %w", it.key, err))
@@ -180,46 +182,60 @@ func (q *qualification) correctness(t *testing.T) (string, error) {
 	return summary, nil
 }
 
-func (q *qualification) runNative(t *testing.T, it workItem) (nativeResult, error) {
-	dir := filepath.Join(q.dir, "native", it.key)
-	args := []string{"task", "-model", q.entry.ID, "-out", dir, "-capability", string(q.entry.Workload)}
-	for _, k := range sortedKeys(it.fields) {
-		args = append(args, "-set", k+"="+it.fields[k])
-	}
-	if it.ref != nil {
+// runNative runs every input on the native path in one `mediaserve task -batch` process, so
+// the weights load once, and reads back each job's record.
+func (q *qualification) runNative(items []workItem) (map[string]nativeResult, error) {
+	var batch bytes.Buffer
+	enc := json.NewEncoder(&batch)
+	for _, it := range items {
+		dir := filepath.Join(q.dir, "native", it.key)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return nativeResult{}, err
+			return nil, err
 		}
-		ref := filepath.Join(dir, "reference.png")
-		if err := os.WriteFile(ref, it.ref, 0o644); err != nil {
-			return nativeResult{}, err
+		job := map[string]any{"out": dir, "fields": it.fields}
+		if it.ref != nil {
+			ref := filepath.Join(dir, "reference.png")
+			if err := os.WriteFile(ref, it.ref, 0o644); err != nil {
+				return nil, err
+			}
+			job["reference"] = ref
 		}
-		args = append(args, "-reference", ref)
+		if err := enc.Encode(job); err != nil {
+			return nil, err
+		}
 	}
-	cmd := exec.CommandContext(q.ctx, mediaserveBin, args...)
+	batchPath := filepath.Join(q.dir, "native", "batch.jsonl")
+	if err := os.WriteFile(batchPath, batch.Bytes(), 0o644); err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(q.ctx, mediaserveBin, "task", "-model", q.entry.ID, "-capability", string(q.entry.Workload), "-batch", batchPath)
 	cmd.Env = append(os.Environ(), rootEnv())
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return nativeResult{}, fmt.Errorf("native path %s: %v\n%s", it.key, err, out)
+		return nil, fmt.Errorf("native path: %v\n%s", err, out)
 	}
-	var rec struct {
-		Product struct {
-			Path         string `json:"path"`
-			SHA256       string `json:"sha256"`
-			FramesSHA256 string `json:"frames_sha256"`
-		} `json:"product"`
+	res := map[string]nativeResult{}
+	for _, it := range items {
+		var rec struct {
+			Product struct {
+				Path         string `json:"path"`
+				SHA256       string `json:"sha256"`
+				FramesSHA256 string `json:"frames_sha256"`
+			} `json:"product"`
+		}
+		b, err := os.ReadFile(filepath.Join(q.dir, "native", it.key, "actual.json"))
+		if err == nil {
+			err = json.Unmarshal(b, &rec)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("native path %s: reading actual.json: %w", it.key, err)
+		}
+		n := nativeResult{path: rec.Product.Path, sha256: rec.Product.SHA256, framesSHA256: rec.Product.FramesSHA256}
+		if n.decoded, err = decodedDigests(q.ctx, n.path, q.entry.Workload); err != nil {
+			return nil, err
+		}
+		res[it.key] = n
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "actual.json"))
-	if err == nil {
-		err = json.Unmarshal(b, &rec)
-	}
-	if err != nil {
-		return nativeResult{}, fmt.Errorf("native path %s: reading actual.json: %w", it.key, err)
-	}
-	n := nativeResult{path: rec.Product.Path, sha256: rec.Product.SHA256, framesSHA256: rec.Product.FramesSHA256}
-	if n.decoded, err = decodedDigests(q.ctx, n.path, q.entry.Workload); err != nil {
-		return n, err
-	}
-	return n, nil
+	return res, nil
 }
 
 // validate applies every artifact check to a file: container shape, decoded frames and the

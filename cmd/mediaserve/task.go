@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bufio"
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -13,14 +15,24 @@ import (
 	"mediaqual/server"
 )
 
-// runTask runs one native Task through the server's encoder, without HTTP, and writes the
-// artifact plus a JSON record of settings and actuals.
+// taskJob is one native Task: its request fields (HTTP names), an optional reference image
+// and the directory that receives the artifact and actual.json. -batch reads these as JSON lines.
+type taskJob struct {
+	Out       string            `json:"out"`
+	Reference string            `json:"reference,omitempty"`
+	Fields    map[string]string `json:"fields"`
+}
+
+// runTask runs native Tasks through the server's encoder, without HTTP: one from the flags, or
+// every line of a -batch file with the weights loaded once (a GPU family's load can take longer
+// than its Task). Each job writes its artifact plus a JSON record of settings and actuals.
 func runTask(args []string, log *slog.Logger) error {
 	fs := flag.NewFlagSet("mediaserve task", flag.ContinueOnError)
 	model := fs.String("model", "", "checkpoint id")
 	capability := fs.String("capability", "", "workload (default: the model's only one)")
 	refPath := fs.String("reference", "", "reference image for image_edit")
 	out := fs.String("out", ".", "output directory")
+	batch := fs.String("batch", "", `JSON-lines file of jobs {"out": dir, "reference": path, "fields": {name: value}}, run in order with one load (replaces -out, -reference and -set)`)
 	var sets listFlag
 	fs.Var(&sets, "set", "request field as name=value, with the HTTP field names (repeatable)")
 	if err := fs.Parse(args); err != nil {
@@ -38,23 +50,26 @@ func runTask(args []string, log *slog.Logger) error {
 		}
 		capab = cp.Capabilities[0]
 	}
-	fields := map[string]string{}
-	for _, kv := range sets {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok {
-			return fmt.Errorf("-set %q is not name=value", kv)
+	var jobs []taskJob
+	if *batch != "" {
+		if len(sets) > 0 || *refPath != "" || *out != "." {
+			return fmt.Errorf("-batch replaces -out, -reference and -set: give the job's fields in the batch file")
 		}
-		fields[k] = v
-	}
-	var ref []byte
-	if *refPath != "" {
-		if ref, err = os.ReadFile(*refPath); err != nil {
+		if jobs, err = readBatch(*batch); err != nil {
 			return err
 		}
+	} else {
+		j := taskJob{Out: *out, Reference: *refPath, Fields: map[string]string{}}
+		for _, kv := range sets {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok {
+				return fmt.Errorf("-set %q is not name=value", kv)
+			}
+			j.Fields[k] = v
+		}
+		jobs = []taskJob{j}
 	}
-	if err := os.MkdirAll(*out, 0o755); err != nil {
-		return err
-	}
+
 	m, err := buildModel(cp, log)
 	if err != nil {
 		return err
@@ -66,18 +81,78 @@ func runTask(args []string, log *slog.Logger) error {
 	if err := loadAll(ctx, ms); err != nil {
 		return err
 	}
+	for i, j := range jobs {
+		path, err := runJob(ctx, m, capab, j)
+		if err != nil {
+			if len(jobs) > 1 {
+				return fmt.Errorf("batch job %d (out %s): %w", i+1, j.Out, err)
+			}
+			return err
+		}
+		fmt.Println(path)
+	}
+	return nil
+}
+
+func readBatch(path string) ([]taskJob, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var jobs []taskJob
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" {
+			continue
+		}
+		var j taskJob
+		dec := json.NewDecoder(strings.NewReader(line))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&j); err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", path, n, err)
+		}
+		if j.Out == "" {
+			return nil, fmt.Errorf(`%s:%d: "out" is required`, path, n)
+		}
+		jobs = append(jobs, j)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(jobs) == 0 {
+		return nil, fmt.Errorf("%s: no jobs", path)
+	}
+	return jobs, nil
+}
+
+// runJob runs one job and writes <out>/artifact.{mp4,png} and <out>/actual.json.
+func runJob(ctx context.Context, m server.Model, capab spec.Capability, j taskJob) (string, error) {
+	var ref []byte
+	if j.Reference != "" {
+		var err error
+		if ref, err = os.ReadFile(j.Reference); err != nil {
+			return "", err
+		}
+	}
+	if err := os.MkdirAll(j.Out, 0o755); err != nil {
+		return "", err
+	}
 	name := "artifact.mp4"
 	if capab == spec.ImageEdit {
 		name = "artifact.png"
 	}
-	path, err := filepath.Abs(filepath.Join(*out, name))
+	path, err := filepath.Abs(filepath.Join(j.Out, name))
 	if err != nil {
-		return err
+		return "", err
 	}
-	settings, p, err := server.RunNative(ctx, m, capab, fields, ref, path)
+	settings, p, err := server.RunNative(ctx, m, capab, j.Fields, ref, path)
 	if err != nil {
-		return err
+		return "", err
 	}
+	cp := m.Checkpoint
 	rec := struct {
 		Model      string          `json:"model"`
 		Revision   string          `json:"revision"`
@@ -88,9 +163,5 @@ func runTask(args []string, log *slog.Logger) error {
 		EncodeMS   float64         `json:"encode_ms"`
 	}{cp.ID, cp.Revision, capab, settings, p, float64(p.TaskWall.Microseconds()) / 1000, float64(p.Encode.Microseconds()) / 1000}
 	b, _ := json.MarshalIndent(rec, "", "  ")
-	if err := os.WriteFile(filepath.Join(*out, "actual.json"), append(b, '\n'), 0o644); err != nil {
-		return err
-	}
-	fmt.Println(path)
-	return nil
+	return path, os.WriteFile(filepath.Join(j.Out, "actual.json"), append(b, '\n'), 0o644)
 }
