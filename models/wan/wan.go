@@ -59,9 +59,11 @@ func Entries() []spec.Entry {
 					GuidanceParam: "guidance_scale", NegativePrompt: true,
 				},
 				Defaults: spec.Settings{Size: spec.Size{W: 1280, H: 704}, NumFrames: 121, FPS: 24, Steps: 50, Guidance: 5.0, Seed: 42},
+				// Text-to-video mode: no image is passed, so TI2V generates from the prompt alone.
+				Worker: worker("5.0", "Wan-AI/Wan2.2-TI2V-5B-Diffusers"),
 			},
 			Workload: spec.TextToVideo, NativeTask: "diffusers.WanPipeline, text-to-video mode (UniPC flow_shift 5.0)",
-			Status: spec.Planned, Note: "native Task adapter not yet implemented; revision is the manifest's short hash",
+			Status: spec.Planned, Note: "native adapter shared with Wan2.1; revision is the manifest's short hash",
 			Bundle: "Wan-AI/Wan2.2-TI2V-5B-Diffusers", GPU: &spec.GPUNeeds{Count: 1, MemoryGB: 80},
 			Video: videoContract, Fixtures: "t2v-prompts",
 		},
