@@ -19,8 +19,12 @@ num_inference_steps, height/width from size, a seeded generator, num_images_per_
 output_type="np". A size that is not a multiple of 16 (VAE 8x times patch 2) is answered with an
 error event where diffusers would silently crop it.
 
-torch, diffusers and Pillow are imported only in DiffusersBackend (at load), so the mapping,
-report and protocol loop are testable without them (models/qwenimage/test_adapter.py).
+The ready line says "weights": "L0-random" when the bundle carries models/qwenimage/build_l0.py's
+L0-RANDOM.txt marker (random weights: mechanics, timing and shapes only), else "bundle".
+
+torch, diffusers and Pillow are imported only in DiffusersBackend (at load; transformers'
+Qwen2VLProcessor also needs torchvision), so the mapping, report and protocol loop are testable
+without them (models/qwenimage/test_adapter.py).
 """
 
 import argparse
@@ -113,7 +117,8 @@ class Worker(pw.Worker):
 
     load() -> backend; the backend has: precision, size_multiple, open_reference(path) -> image,
     generator(seed), call(kwargs) -> (1, H, W, 3) in [0, 1], synchronize(), reset_peak(),
-    peak_memory_mb(), is_oom(exc), recover().
+    peak_memory_mb(), is_oom(exc), recover(), and optionally ready_info() (extra "ready" fields:
+    the real backend says whether the bundle's weights are L0-random).
     """
 
     def __init__(self, out, load, clock=time.perf_counter):
@@ -141,6 +146,13 @@ class DiffusersBackend(pw.TorchBackend):
         bundle = cfg.bundle
         pw.require_bundle(bundle)
         torch = self.setup(cfg.device)
+        import importlib.util
+
+        # transformers 5's Qwen2VLProcessor (the bundle's processor/) cannot be built without its
+        # video processor, and that (like its image processor) needs torchvision: without it
+        # from_pretrained fails only once it reaches processor/. Say so before loading anything.
+        if importlib.util.find_spec("torchvision") is None:
+            raise RuntimeError("python module 'torchvision' is not installed (transformers' Qwen2VLProcessor needs it)")
         from diffusers import QwenImageEditPlusPipeline
 
         log("loading %s on %s (CUDA_VISIBLE_DEVICES=%r)" % (bundle, self.device, os.environ.get("CUDA_VISIBLE_DEVICES")))
@@ -156,7 +168,9 @@ class DiffusersBackend(pw.TorchBackend):
         if (multiple, multiple) != self.size_multiple:
             raise RuntimeError("the pipeline's size multiple is %d, the adapter assumes %s" % (multiple, self.size_multiple))
         self.pipe = pipe
-        log("loaded in %.1f s" % (time.perf_counter() - t0))
+        self.l0_random = os.path.exists(os.path.join(bundle, "L0-RANDOM.txt"))
+        log("loaded in %.1f s%s" % (time.perf_counter() - t0,
+            "; L0-RANDOM weights: mechanics, timing and shapes only, never quality" if self.l0_random else ""))
 
     def open_reference(self, path):
         from PIL import Image
@@ -169,6 +183,9 @@ class DiffusersBackend(pw.TorchBackend):
         with self.torch.inference_mode():
             out = self.pipe(**kwargs)
         return out.images[:1]  # output_type="np": (num_images, H, W, 3)
+
+    def ready_info(self):
+        return {"weights": "L0-random" if self.l0_random else "bundle"}
 
 
 # --------------------------------------------------------------------------------------------

@@ -4,20 +4,26 @@ Run from the repository root or from models/qwenimage:  python3 -m unittest -v t
 (models/qwenimage/adapter_test.go runs it under `go test ./...`).
 """
 
+import io
+import json
 import os
+import re
 import struct
+import subprocess
 import sys
 import tempfile
 import time
 import unittest
 import zlib
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
 
 import adapter  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # models/
+sys.path.insert(0, os.path.dirname(HERE))  # models/
 from pyworker.testing import WorkerTestCase  # noqa: E402
+import build_l0  # noqa: E402
 
 
 def settings(**over):
@@ -37,17 +43,27 @@ def gen(seed):
     return ("generator", seed)
 
 
-def write_png(path, width, height, rgb=(200, 30, 60)):
-    """A valid 8-bit RGB PNG of one colour, written with the standard library only."""
+def write_png(path, width, height, rgb=(200, 30, 60), pixels=None, alpha=False):
+    """A valid 8-bit RGB PNG (RGBA with alpha=True, opaque, as Go's image/png writes the server's
+    reference), written with the standard library only: of one colour, or of pixels (rgb24 bytes,
+    row-major)."""
 
     def chunk(kind, data):
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
 
-    row = b"\x00" + bytes(rgb) * width  # filter type 0 per row
+    if pixels is None:
+        pixels = bytes(rgb) * (width * height)
+    stride = 3 * width
+    rows = []
+    for y in range(height):
+        row = pixels[y * stride:(y + 1) * stride]
+        if alpha:
+            row = b"".join(row[i:i + 3] + b"\xff" for i in range(0, len(row), 3))
+        rows.append(b"\x00" + row)  # filter type 0 per row
     with open(path, "wb") as f:
         f.write(b"\x89PNG\r\n\x1a\n")
-        f.write(chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)))
-        f.write(chunk(b"IDAT", zlib.compress(row * height)))
+        f.write(chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 6 if alpha else 2, 0, 0, 0)))
+        f.write(chunk(b"IDAT", zlib.compress(b"".join(rows))))
         f.write(chunk(b"IEND", b""))
 
 
