@@ -1,4 +1,6 @@
-"""Tests of the Qwen-Image-Edit adapter that need no torch, diffusers, numpy or Pillow.
+"""Tests of the Qwen-Image-Edit adapter and its L0 bundle builder that need no torch, diffusers,
+numpy or Pillow, and (TinyPipelineTest, where that stack is installed) of both over the real
+pipeline on CPU.
 
 Run from the repository root or from models/qwenimage:  python3 -m unittest -v test_adapter
 (models/qwenimage/adapter_test.go runs it under `go test ./...`).
@@ -367,6 +369,287 @@ class ConfigTest(unittest.TestCase):
     def test_module_imports_no_torch(self):
         for mod in ("torch", "diffusers", "PIL", "numpy"):
             self.assertNotIn(mod, sys.modules)
+
+
+class BuildL0Test(unittest.TestCase):
+    """The L0 builder's configurations (pure: no torch). The parameter counts are pinned to what
+    the real classes instantiate (diffusers 0.42.1, transformers 5.17.0); TinyPipelineTest checks
+    the estimators against the built modules."""
+
+    def test_transformer_is_qwen_image_20b(self):
+        c = build_l0.transformer_config()
+        for k, v in {"num_layers": 60, "num_attention_heads": 24, "attention_head_dim": 128,
+                     "joint_attention_dim": 3584, "in_channels": 64, "out_channels": 16, "patch_size": 2,
+                     "axes_dims_rope": [16, 56, 56], "guidance_embeds": False}.items():
+            self.assertEqual(c[k], v, k)
+        self.assertIs(c["zero_cond_t"], True, "2511 modulates the reference tokens with t=0")
+        self.assertEqual(sum(c["axes_dims_rope"]), c["attention_head_dim"])
+        self.assertFalse(c["use_additional_t_cond"] or c["use_layer3d_rope"], "those are Qwen-Image-Layered's")
+        n = build_l0.estimate_transformer_params(c)
+        self.assertEqual(n, 20_430_401_088)
+        self.assertAlmostEqual(n / 1e9, 20.4, delta=0.1)
+
+    def test_text_encoder_is_qwen25_vl_7b(self):
+        c = build_l0.text_encoder_config()
+        t, v = c["text_config"], c["vision_config"]
+        for k, want in {"hidden_size": 3584, "num_hidden_layers": 28, "num_attention_heads": 28,
+                        "num_key_value_heads": 4, "intermediate_size": 18944, "vocab_size": 152064,
+                        "rope_theta": 1000000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": False}.items():
+            self.assertEqual(t[k], want, k)
+        head_dim = t["hidden_size"] // t["num_attention_heads"]
+        self.assertEqual(sum(t["rope_scaling"]["mrope_section"]) * 2, head_dim)
+        for k, want in {"depth": 32, "hidden_size": 1280, "num_heads": 16, "intermediate_size": 3420,
+                        "out_hidden_size": 3584, "patch_size": 14, "spatial_merge_size": 2,
+                        "temporal_patch_size": 2, "window_size": 112, "fullatt_block_indexes": [7, 15, 23, 31]}.items():
+            self.assertEqual(v[k], want, k)
+        self.assertEqual(v["out_hidden_size"], t["hidden_size"])
+        self.assertEqual(t["hidden_size"], build_l0.transformer_config()["joint_attention_dim"])
+        n = build_l0.estimate_text_encoder_params(c)
+        self.assertEqual(n, 8_292_166_656)
+        self.assertAlmostEqual(n / 1e9, 8.3, delta=0.1)
+
+    def test_token_ids_are_the_real_ones(self):
+        ids = build_l0.TOKEN_IDS
+        for tok, want in {"<|endoftext|>": 151643, "<|im_start|>": 151644, "<|im_end|>": 151645,
+                          "<|vision_start|>": 151652, "<|vision_end|>": 151653, "<|vision_pad|>": 151654,
+                          "<|image_pad|>": 151655, "<|video_pad|>": 151656, "<|file_sep|>": 151664}.items():
+            self.assertEqual(ids[tok], want, tok)
+        self.assertEqual(sorted(ids.values()), list(range(151643, 151665)))
+        c = build_l0.text_encoder_config()
+        self.assertEqual((c["image_token_id"], c["video_token_id"], c["vision_start_token_id"], c["vision_end_token_id"]),
+                         (151655, 151656, 151652, 151653))
+        self.assertEqual((c["text_config"]["bos_token_id"], c["text_config"]["eos_token_id"]), (151643, 151645))
+        self.assertLess(max(ids.values()), c["text_config"]["vocab_size"])
+        self.assertLess(max(ids.values()), build_l0.text_encoder_config(tiny=True)["text_config"]["vocab_size"])
+
+    def test_tokenizer_corpus_and_template(self):
+        corpus = "".join(build_l0.tokenizer_corpus())
+        for tok in build_l0.TOKEN_IDS:
+            self.assertNotIn(tok, corpus, "special tokens are added tokens, never BPE-trained")
+        t = build_l0.EDIT_TEMPLATE
+        self.assertEqual(t.count("{}"), 1)
+        self.assertTrue(t.startswith("<|im_start|>system\n") and t.endswith("<|im_start|>assistant\n"))
+        self.assertEqual(build_l0.EDIT_TEMPLATE_START_IDX, 64)
+        self.assertEqual(len(build_l0.bytes_to_unicode()), 256)
+        self.assertEqual(len(set(build_l0.bytes_to_unicode())), 256)
+
+    def test_vae(self):
+        c = build_l0.vae_config()
+        self.assertEqual((c["base_dim"], c["z_dim"], c["dim_mult"], c["num_res_blocks"], c["temperal_downsample"]),
+                         (96, 16, [1, 2, 4, 4], 2, [False, True, True]))
+        self.assertEqual((len(c["latents_mean"]), len(c["latents_std"])), (16, 16))
+        self.assertEqual((c["latents_mean"][0], c["latents_std"][-1]), (-0.7571, 1.9160))
+        self.assertEqual(build_l0.estimate_vae_params(c), 126_892_531)
+        t = build_l0.transformer_config()
+        self.assertEqual(t["in_channels"], c["z_dim"] * t["patch_size"] ** 2, "2x2-packed latents")
+        self.assertEqual(t["out_channels"], c["z_dim"])
+        self.assertEqual(2 ** len(c["temperal_downsample"]) * t["patch_size"], adapter.SIZE_MULTIPLE[0])
+
+    def test_scheduler_processor_and_index(self):
+        s = build_l0.scheduler_config()
+        self.assertEqual((s["use_dynamic_shifting"], s["time_shift_type"], s["base_shift"], s["max_shift"],
+                          s["base_image_seq_len"], s["max_image_seq_len"], s["shift_terminal"], s["shift"]),
+                         (True, "exponential", 0.5, 0.9, 256, 8192, 0.02, 1.0))
+        ip = build_l0.image_processor_config()
+        self.assertEqual((ip["min_pixels"], ip["max_pixels"], ip["patch_size"], ip["merge_size"], ip["temporal_patch_size"]),
+                         (56 * 56, 28 * 28 * 16384, 14, 2, 2))
+        m = build_l0.model_index("0.42.1")
+        self.assertEqual(m["_class_name"], "QwenImageEditPlusPipeline")
+        self.assertEqual(sorted(k for k in m if not k.startswith("_")),
+                         ["processor", "scheduler", "text_encoder", "tokenizer", "transformer", "vae"])
+        self.assertEqual(m["text_encoder"], ["transformers", "Qwen2_5_VLForConditionalGeneration"])
+        self.assertEqual(m["processor"], ["transformers", "Qwen2VLProcessor"])
+
+    def test_bundle_is_the_inventory_rows(self):
+        with open(os.path.join(HERE, "qwenimage.go")) as f:
+            src = f.read()
+        self.assertEqual(re.findall(r'Bundle: "([^"]+)"', src), [build_l0.BUNDLE])
+        self.assertEqual(re.findall(r'ID: "([^"]+)"', src), [build_l0.CHECKPOINT])
+
+    def test_tiny_is_consistent(self):
+        p = build_l0.plan(tiny=True)
+        t, te, v = p["transformer"], p["text_encoder"], p["vae"]
+        self.assertEqual(t["joint_attention_dim"], te["text_config"]["hidden_size"])
+        self.assertEqual(te["vision_config"]["out_hidden_size"], te["text_config"]["hidden_size"])
+        self.assertEqual(sum(t["axes_dims_rope"]), t["attention_head_dim"])
+        tc = te["text_config"]
+        self.assertEqual(sum(tc["rope_scaling"]["mrope_section"]) * 2, tc["hidden_size"] // tc["num_attention_heads"])
+        self.assertEqual(t["in_channels"], v["z_dim"] * 4)
+        self.assertEqual(tc["vocab_size"], 152064, "the real token ids must exist")
+        self.assertLess(sum(p["estimated_params"].values()), 25e6)
+
+    def test_size_estimate(self):
+        p = build_l0.plan()
+        b = p["estimated_bytes"]
+        self.assertEqual(b["transformer"], 2 * 20_430_401_088)
+        self.assertEqual(b["text_encoder"], 2 * 8_292_166_656)
+        self.assertAlmostEqual(p["estimated_total_bytes"] / 1e9, 57.7, delta=0.1)  # the real snapshot: 57.7 GB
+
+    def test_dry_run_needs_no_torch(self):
+        buf = io.StringIO()
+        old, sys.stdout = sys.stdout, buf
+        try:
+            self.assertEqual(build_l0.main(["--out", "/x", "--dry-run"]), 0)
+        finally:
+            sys.stdout = old
+        out = buf.getvalue()
+        self.assertIn("/x/Qwen/Qwen-Image-Edit-2511", out)
+        self.assertIn("57.71 GB", out)
+        self.assertIn('"zero_cond_t": true', out)
+        for mod in ("torch", "diffusers", "transformers", "tokenizers"):
+            self.assertNotIn(mod, sys.modules)
+
+    def test_marker(self):
+        text = build_l0.marker_text(build_l0.plan(), 0, {"transformer": 1})
+        self.assertIn("RANDOM weights", text)
+        self.assertIn("Qwen/Qwen-Image-Edit-2511", text)
+        self.assertIn("never", text.lower())
+        self.assertIn("TINY", build_l0.marker_text(build_l0.plan(tiny=True), 0, {}))
+
+
+def _have(*mods):
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) is not None for m in mods)
+
+
+@unittest.skipUnless(_have("torch", "diffusers", "transformers", "accelerate", "numpy", "PIL", "torchvision"),
+                     "needs torch, diffusers, transformers, accelerate, numpy, Pillow and torchvision (the GPU host's stack)")
+class TinyPipelineTest(unittest.TestCase):
+    """The real path end to end, on CPU: build_l0.py --tiny writes a bundle, adapter.py (a
+    subprocess, as mediaserve runs it) loads it with diffusers' QwenImageEditPlusPipeline and
+    serves edits over the protocol. Everything heavy runs in subprocesses, so this process never
+    imports torch. Skipped where the stack is absent (CI); run it on the GPU host after installing
+    the kit."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp()
+        built = subprocess.run([sys.executable, os.path.join(HERE, "build_l0.py"), "--tiny", "--device", "cpu", "--out", cls.tmp],
+                               check=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        cls.report = json.loads(built.stdout[built.stdout.index("\n{") + 1:])
+        cls.bundle = os.path.join(cls.tmp, build_l0.BUNDLE)
+        cls.ref = os.path.join(cls.tmp, "ref.png")
+        write_png(cls.ref, 40, 24, alpha=True)
+        cls.proc = subprocess.Popen(
+            [sys.executable, os.path.join(HERE, "adapter.py"), "--bundle", cls.bundle, "--device", "cpu"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1)
+        cls.ready = json.loads(cls.proc.stdout.readline())
+
+    @classmethod
+    def tearDownClass(cls):
+        import shutil
+
+        if cls.proc.poll() is None:
+            cls.proc.kill()
+            cls.proc.wait()
+        cls.proc.stdout.close()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def send(self, obj):
+        self.proc.stdin.write(json.dumps(obj) + "\n")
+        self.proc.stdin.flush()
+
+    def job(self, job_id, reference=True, **over):
+        out = os.path.join(self.tmp, job_id + ".rgb")
+        open(out, "wb").close()
+        s = settings(size="48x32", num_inference_steps=2)
+        s.update(over)
+        msg = {"op": "run", "id": job_id, "settings": s, "output": out}
+        if reference:
+            msg["reference"] = self.ref
+        self.send(msg)
+        progress = []
+        while True:
+            line = self.proc.stdout.readline()
+            self.assertTrue(line, "worker closed stdout")
+            ev = json.loads(line)
+            self.assertEqual(ev["id"], job_id)
+            if ev["event"] != "progress":
+                with open(out, "rb") as f:
+                    return ev, f.read(), progress
+            progress.append((ev["done"], ev["total"]))
+
+    def test_build_matches_the_plan(self):
+        p = build_l0.plan(tiny=True)
+        self.assertEqual(self.report["params"], p["estimated_params"], "estimators == instantiated modules")
+        for name in ("transformer", "text_encoder", "vae", "tokenizer", "processor", "scheduler"):
+            self.assertGreater(self.report["bytes"][name], 0, name)
+        with open(os.path.join(self.bundle, "model_index.json")) as f:
+            self.assertEqual({k: v for k, v in json.load(f).items() if k != "_diffusers_version"},
+                             {k: v for k, v in build_l0.model_index("x").items() if k != "_diffusers_version"})
+        with open(os.path.join(self.bundle, "transformer", "config.json")) as f:
+            self.assertIs(json.load(f)["zero_cond_t"], True)
+        with open(os.path.join(self.bundle, "L0-RANDOM.txt")) as f:
+            self.assertIn("RANDOM weights", f.read())
+
+    def test_pipeline_tokenizer_and_processor(self):
+        """The loaded pipeline's template is the builder's, and the made tokenizer splits its
+        system prefix into exactly the prompt_template_encode_start_idx tokens the pipeline drops,
+        as the real Qwen2 tokenizer does, with the real special-token ids."""
+        script = """
+import json, sys, torch
+from diffusers import QwenImageEditPlusPipeline
+pipe = QwenImageEditPlusPipeline.from_pretrained(sys.argv[1], torch_dtype=torch.bfloat16)
+prefix = pipe.prompt_template_encode.split("{}")[0]
+out = {"template": pipe.prompt_template_encode, "start_idx": pipe.prompt_template_encode_start_idx,
+       "prefix_tokens": [len(pipe.tokenizer(prefix)["input_ids"]), len(pipe.processor.tokenizer(prefix)["input_ids"])],
+       "ids": {t: pipe.processor.tokenizer.convert_tokens_to_ids(t) for t in sys.argv[2:]},
+       "processor_image_token_id": pipe.processor.image_token_id, "len": len(pipe.tokenizer),
+       "dtypes": [str(m.dtype) for m in (pipe.transformer, pipe.text_encoder, pipe.vae)]}
+print(json.dumps(out))
+"""
+        r = subprocess.run([sys.executable, "-c", script, self.bundle] + list(build_l0.TOKEN_IDS),
+                           check=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        got = json.loads(r.stdout.strip().splitlines()[-1])
+        self.assertEqual(got["template"], build_l0.EDIT_TEMPLATE)
+        self.assertEqual(got["start_idx"], build_l0.EDIT_TEMPLATE_START_IDX)
+        self.assertEqual(got["prefix_tokens"], [build_l0.EDIT_TEMPLATE_START_IDX] * 2)
+        self.assertEqual(got["ids"], build_l0.TOKEN_IDS)
+        self.assertEqual((got["processor_image_token_id"], got["len"]), (151655, 151665))
+        self.assertEqual(got["dtypes"], ["torch.bfloat16"] * 3)
+
+    def test_protocol_over_the_real_pipeline(self):
+        self.assertEqual((self.ready["event"], self.ready["precision"], self.ready["weights"]), ("ready", "bf16", "L0-random"))
+        ev, data, progress = self.job("a")
+        self.assertEqual(ev["event"], "result", ev)
+        self.assertEqual((ev["frames"], ev["width"], ev["height"]), (1, 48, 32))
+        self.assertEqual(ev["actual"], {"width": 48, "height": 32, "num_inference_steps": 2, "guidance": 4.0,
+                                        "seed": 42, "precision": "bf16"})
+        self.assertEqual(progress, [(1, 2), (2, 2)])
+        self.assertEqual(len(data), 48 * 32 * 3)
+        self.assertGreater(len(set(data)), 16, "a textured image, not a flat one")
+        png = os.path.join(self.tmp, "a.png")  # the server's image_edit artifact is a PNG of these bytes
+        write_png(png, 48, 32, pixels=data)
+        decoded = read_png(png)
+        self.assertEqual(b"".join(decoded["rows"]), data)
+        _, again, _ = self.job("b")
+        self.assertEqual(data, again, "same seed, same bytes")
+        _, other, _ = self.job("c", seed=43)
+        self.assertNotEqual(data, other)
+        ev, _, progress = self.job("d", size="40x40")
+        self.assertEqual((ev["event"], ev["code"], ev["param"], progress), ("error", "unsupported_value", "size", []))
+        ev, _, _ = self.job("e", reference=False)
+        self.assertEqual((ev["event"], ev["code"], ev["param"]), ("error", "invalid_request", "reference"))
+        s = settings()
+        del s["negative_prompt"]  # the pinned " " is sent; guidance 1 turns true CFG off: one pass a step
+        ev, data, _ = self.job("f", size="32x48", guidance=1, negative_prompt=None, num_inference_steps=1)
+        self.assertEqual((ev["event"], ev["width"], ev["height"], len(data)), ("result", 32, 48, 32 * 48 * 3), ev)
+        self.assertEqual(ev["actual"]["guidance"], 1.0)
+        self.send({"op": "run", "id": "g", "settings": settings(size="48x32", num_inference_steps=500),
+                   "reference": self.ref, "output": os.path.join(self.tmp, "g.rgb")})
+        first = json.loads(self.proc.stdout.readline())
+        self.assertEqual((first["event"], first["done"]), ("progress", 1))
+        self.send({"op": "cancel", "id": "g"})
+        while True:
+            ev = json.loads(self.proc.stdout.readline())
+            if ev["event"] != "progress":
+                break
+        self.assertEqual((ev["event"], ev["code"]), ("error", "cancelled"))
+        _, after, _ = self.job("h")
+        self.assertEqual(after, again, "a cancelled job leaves no trace in the next")
+        self.proc.stdin.close()
+        self.assertEqual(self.proc.wait(30), 0)
 
 
 if __name__ == "__main__":
