@@ -36,6 +36,13 @@ var faultCases = []struct {
 	{"delete-leaves-files", "ref-t2v", "no-leftover-files"},
 	{"latency-spike", "ref-t2v", "timing-overhead"},
 	{"edit-unchanged", "ref-edit", "edit-unchanged"},
+	{"delete-keeps-job", "ref-t2v", "delete"},
+	{"ledger-wrong-digest", "ref-t2v", "ledger-digest"},
+	{"no-task-wall", "ref-t2v", "task-wall"},
+	// AIPerf downloads each video once; the suite's own fetch is the second.
+	{"refetch-fails", "ref-t2v", "artifact-fetch"},
+	{"load-fails", "ref-t2v", "launch"},
+	{"exit-nonzero", "ref-t2v", "clean-exit"},
 }
 
 // TestFaultsAreCaught runs the real qualification of a reference checkpoint against a

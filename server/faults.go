@@ -33,6 +33,12 @@ var Faults = map[string]string{
 	"artifact-missing":    "the artifact file disappears when its job completes",
 	"delete-leaves-files": "DELETE answers deleted but leaves the artifact on disk",
 	"latency-spike":       "the third job waits 3 s before its Task runs",
+	"delete-keeps-job":    "DELETE answers deleted but the job stays",
+	"ledger-wrong-digest": "the ledger records a digest that is not the artifact's",
+	"no-task-wall":        "the ledger records no Task-call wall",
+	"refetch-fails":       "an artifact can be downloaded once; later downloads answer 500",
+	"load-fails":          "loading the models fails, so the server exits before it is ready",
+	"exit-nonzero":        "the server exits with status 1 after a clean shutdown",
 }
 
 // FaultNames lists the faults, sorted.
@@ -48,9 +54,10 @@ func FaultNames() []string {
 // fault is the switched-on fault; a nil *fault is the healthy server, and every method is a
 // no-op on it.
 type fault struct {
-	name   string
-	jobs   atomic.Int64
-	polled sync.Map // job id -> struct{}: for poll-500, which fails only the first poll
+	name       string
+	jobs       atomic.Int64
+	polled     sync.Map // job id -> struct{}: for poll-500, which fails only the first poll
+	downloaded sync.Map // job id -> struct{}: for refetch-fails
 }
 
 func newFault(name string) (*fault, error) {
@@ -158,4 +165,40 @@ func (f *fault) failPoll(j *job) bool {
 	}
 	_, seen := f.polled.LoadOrStore(j.id, struct{}{})
 	return !seen
+}
+
+// failRefetch reports whether this download of j's artifact answers 500 (every one after the
+// first).
+func (f *fault) failRefetch(id string) bool {
+	if !f.is("refetch-fails") {
+		return false
+	}
+	_, seen := f.downloaded.LoadOrStore(id, struct{}{})
+	return seen
+}
+
+// ledgerLine tampers with a job's terminal ledger line.
+func (f *fault) ledgerLine(e *LedgerEntry) {
+	switch {
+	case f.is("ledger-wrong-digest") && e.Output != nil:
+		e.Output.SHA256 = strings.Repeat("0", 64)
+	case f.is("no-task-wall") && e.Timing != nil:
+		e.Timing.TaskCallWallMS = 0
+	}
+}
+
+// load fails loading for load-fails.
+func (f *fault) load() error {
+	if f.is("load-fails") {
+		return fmt.Errorf("fault load-fails: %s", Faults["load-fails"])
+	}
+	return nil
+}
+
+// exitStatus is what a clean shutdown returns for exit-nonzero.
+func (f *fault) exitStatus() error {
+	if f.is("exit-nonzero") {
+		return fmt.Errorf("fault exit-nonzero: %s", Faults["exit-nonzero"])
+	}
+	return nil
 }

@@ -222,6 +222,9 @@ func (s *Server) serveArtifact(w http.ResponseWriter, r *http.Request, kind spec
 	if e == nil && j.product == nil {
 		e = errf(http.StatusConflict, "job_not_complete", "id", "%s is %s; content exists only once it is completed", j.id, j.status)
 	}
+	if e == nil && s.fault.failRefetch(j.id) {
+		e = errf(http.StatusInternalServerError, "injected_fault", "id", "fault refetch-fails")
+	}
 	var f *os.File
 	if e == nil {
 		// Opened under the lock: a delete racing this download unlinks the name, but the open
@@ -258,7 +261,7 @@ func (s *Server) deleteJob(w http.ResponseWriter, r *http.Request, kind spec.Cap
 	s.mu.Lock()
 	j, e := s.lookup(r.PathValue("id"), kind)
 	var removed []string
-	if e == nil {
+	if e == nil && !s.fault.is("delete-keeps-job") {
 		removed = s.forget(j, "deleted")
 	}
 	s.mu.Unlock()

@@ -168,6 +168,7 @@ func (s *Server) finish(j *job, p Product, err error) {
 		e.Output = &LedgerOutput{SHA256: p.SHA256, Bytes: p.Bytes, FramesSHA256: p.FramesSHA256, PeakMemoryMB: p.PeakMemoryMB}
 		e.Actual = &p.Actual
 	}
+	s.fault.ledgerLine(&e)
 	s.mu.Unlock()
 
 	if status == "completed" {

@@ -125,6 +125,9 @@ func New(cfg Config) (*Server, error) {
 // Load loads every model (weights, worker processes) and starts the lanes; /ready answers
 // 200 only after it returns nil.
 func (s *Server) Load(ctx context.Context) error {
+	if err := s.fault.load(); err != nil {
+		return err
+	}
 	for _, id := range s.order {
 		l := s.lanes[id]
 		if ld, ok := l.model.Task.(spec.Loader); ok {
@@ -176,6 +179,9 @@ func (s *Server) Close() error {
 			}
 			s.mu.Unlock()
 			s.sweepOrphans()
+		}
+		if err := s.fault.exitStatus(); err != nil {
+			errs = append(errs, err)
 		}
 	})
 	return errors.Join(errs...)
