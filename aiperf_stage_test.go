@@ -110,44 +110,70 @@ func (q *qualification) aiperfStage(t *testing.T) (string, error) {
 	if err != nil {
 		return "", errors.Join(execErr, err)
 	}
-	if x.HasSummary && x.Summary.Version != aiperf.Version {
-		return "", fmt.Errorf("check aiperf-version: the run reports %s, pinned %s", x.Summary.Version, aiperf.Version)
+	if err := checkVersion(x); err != nil {
+		return "", err
 	}
 	reqs, entries, err := q.followUnfinished(x)
 	if err != nil {
 		return "", err
 	}
-	q.row.Counts = map[string]int{"requests": len(reqs)}
-	for _, r := range reqs {
-		if r.Warmup {
-			q.row.Counts["warmup"]++
-		} else {
-			q.row.Counts["measured"]++
-		}
-		if r.Outcome != aiperf.Completed {
-			q.row.Counts["errors"]++
-		}
-	}
+	q.row.Counts = countRequests(reqs)
 	if err := aiperf.Account(reqs, entries); err != nil {
 		return "", errors.Join(err, execErr)
 	}
-	if execErr != nil {
-		return "", fmt.Errorf("check aiperf-exit: every request is accounted for, yet %w", execErr)
-	}
-	if q.row.Counts["warmup"] != 1 || q.row.Counts["measured"] != len(items) {
-		return "", fmt.Errorf("check aiperf-counts: %d warmup and %d measured records, want 1 and %d", q.row.Counts["warmup"], q.row.Counts["measured"], len(items))
+	if err := checkRun(reqs, execErr, len(items), byPrompt); err != nil {
+		return "", err
 	}
 	for _, r := range reqs {
 		prompt, _ := r.Raw.Payload["prompt"].(string)
-		it, ok := byPrompt[prompt]
-		if !ok {
-			return "", fmt.Errorf("check aiperf-inputs: request %s sent prompt %q, which is not a pinned input", r.XRequestID, prompt)
-		}
+		it := byPrompt[prompt]
 		e := r.Server[0]
 		q.served = append(q.served, servedRequest{item: it, warmup: r.Warmup, requestID: r.XRequestID, jobID: e.JobID,
 			latencyMS: r.LatencyMS, creditNS: r.CreditIssuedNS, taskMS: e.Timing.TaskCallWallMS, peakMB: e.Output.PeakMemoryMB, raw: r.Raw})
 	}
 	return fmt.Sprintf("AIPerf %s: %s (1 warmup, %d measured); every request maps to exactly one server job", env.Version, aiperf.Summarize(reqs), len(items)), nil
+}
+
+func countRequests(reqs []aiperf.Request) map[string]int {
+	c := map[string]int{"requests": len(reqs)}
+	for _, r := range reqs {
+		if r.Warmup {
+			c["warmup"]++
+		} else {
+			c["measured"]++
+		}
+		if r.Outcome != aiperf.Completed {
+			c["errors"]++
+		}
+	}
+	return c
+}
+
+// checkVersion holds the run's own report of its version to the pin (an aborted run has none).
+func checkVersion(x aiperf.Exports) error {
+	if x.HasSummary && x.Summary.Version != aiperf.Version {
+		return fmt.Errorf("check aiperf-version: the run reports %s, pinned %s", x.Summary.Version, aiperf.Version)
+	}
+	return nil
+}
+
+// checkRun holds a fully accounted AIPerf run to its plan: a clean exit, one warmup and one
+// measured request per pinned input, and nothing sent but the pinned inputs.
+func checkRun(reqs []aiperf.Request, execErr error, inputs int, byPrompt map[string]workItem) error {
+	if execErr != nil {
+		return fmt.Errorf("check aiperf-exit: every request is accounted for, yet %w", execErr)
+	}
+	c := countRequests(reqs)
+	if c["warmup"] != 1 || c["measured"] != inputs {
+		return fmt.Errorf("check aiperf-counts: %d warmup and %d measured records, want 1 and %d", c["warmup"], c["measured"], inputs)
+	}
+	for _, r := range reqs {
+		prompt, _ := r.Raw.Payload["prompt"].(string)
+		if _, ok := byPrompt[prompt]; !ok {
+			return fmt.Errorf("check aiperf-inputs: request %s sent prompt %q, which is not a pinned input", r.XRequestID, prompt)
+		}
+	}
+	return nil
 }
 
 // progressEvery is how often a long AIPerf run reports the server's job progress.

@@ -2,10 +2,12 @@ package mediaqual_test
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"mediaqual/harness/aiperf"
 	"mediaqual/harness/client"
 	"mediaqual/models"
 	"mediaqual/models/spec"
@@ -105,4 +108,80 @@ func TestProgressLinesDuringLongRuns(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	assert.Equal(t, "progress: "+v.ID+" in_progress 25%", lines[0])
+}
+
+func TestAIPerfRunChecksCatchBrokenRuns(t *testing.T) {
+	byPrompt := map[string]workItem{"a cat": {key: "prompt-0"}, "a dog": {key: "prompt-1"}}
+	req := func(prompt string, warmup bool) aiperf.Request {
+		return aiperf.Request{XRequestID: "r-" + prompt, Warmup: warmup, Outcome: aiperf.Completed,
+			Raw: aiperf.RawRecord{Payload: map[string]any{"prompt": prompt}}}
+	}
+	good := []aiperf.Request{req("a cat", true), req("a cat", false), req("a dog", false)}
+	require.NoError(t, checkRun(good, nil, 2, byPrompt))
+
+	for name, c := range map[string]struct {
+		reqs    []aiperf.Request
+		execErr error
+		want    string
+	}{
+		"non-zero exit":   {good, fmt.Errorf("exit status 1"), "check aiperf-exit: every request is accounted for, yet exit status 1"},
+		"no warmup":       {good[1:], nil, "check aiperf-counts: 0 warmup and 2 measured records, want 1 and 2"},
+		"one short":       {good[:2], nil, "check aiperf-counts: 1 warmup and 1 measured records, want 1 and 2"},
+		"two warmups":     {append([]aiperf.Request{req("a dog", true)}, good...), nil, "check aiperf-counts: 2 warmup"},
+		"unpinned prompt": {[]aiperf.Request{req("a cat", true), req("a cat", false), req("a cow", false)}, nil, `check aiperf-inputs: request r-a cow sent prompt "a cow"`},
+	} {
+		err := checkRun(c.reqs, c.execErr, 2, byPrompt)
+		require.Error(t, err, name)
+		assert.Contains(t, err.Error(), c.want, name)
+	}
+
+	x := aiperf.Exports{HasSummary: true}
+	x.Summary.Version = aiperf.Version
+	require.NoError(t, checkVersion(x))
+	x.Summary.Version = "0.12.0"
+	assert.ErrorContains(t, checkVersion(x), "check aiperf-version: the run reports 0.12.0, pinned "+aiperf.Version)
+}
+
+func TestGoldenCatchesChangedOutput(t *testing.T) {
+	a, b := strings.Repeat("a", 64), strings.Repeat("b", 64)
+	goldens := map[string]string{"ref-t2v/prompt-0": a}
+	require.NoError(t, checkGolden(goldens, false, "ref-t2v/prompt-0", a, "goldens.json"))
+	assert.ErrorContains(t, checkGolden(goldens, false, "ref-t2v/prompt-0", b, "goldens.json"), "check golden: ref-t2v/prompt-0 frames bbbbbbbbbbbb, golden aaaaaaaaaaaa")
+	assert.ErrorContains(t, checkGolden(goldens, false, "ref-t2v/prompt-1", a, "goldens.json"), "check golden: no golden for ref-t2v/prompt-1 in goldens.json")
+	require.NoError(t, checkGolden(goldens, true, "ref-t2v/prompt-1", b, "goldens.json"), "update records")
+	assert.Equal(t, b, goldens["ref-t2v/prompt-1"])
+}
+
+func TestInfluenceVerdict(t *testing.T) {
+	gapErr := fmt.Errorf("check influence-changes-output: outputs differ by 0.0")
+	_, err := influenceVerdict("", nil, "")
+	require.NoError(t, err, "no gap, none expected")
+	_, err = influenceVerdict("ignores-reference", gapErr, "")
+	assert.Equal(t, gapErr, err, "an unexpected gap fails the case")
+	msg, err := influenceVerdict("ignores-reference", gapErr, "ignores-reference")
+	require.NoError(t, err, "the negative control's expected gap")
+	assert.Contains(t, msg, "as expected")
+	_, err = influenceVerdict("", nil, "ignores-reference")
+	assert.ErrorContains(t, err, `check influence-expected-gap: the probe did not find the expected gap "ignores-reference"`)
+	_, err = influenceVerdict("other-gap", gapErr, "ignores-reference")
+	assert.Equal(t, gapErr, err, "a different gap from the expected one fails")
+}
+
+func TestEditResponseMustCarryOneImage(t *testing.T) {
+	rec := func(body string) aiperf.RawRecord {
+		return aiperf.RawRecord{Responses: []aiperf.RawResponse{{Text: body}}}
+	}
+	img, err := editImage(rec(`{"data":[{"b64_json":"` + base64.StdEncoding.EncodeToString([]byte("png")) + `"}]}`))
+	require.NoError(t, err)
+	assert.Equal(t, []byte("png"), img)
+	for body, want := range map[string]string{
+		`{"data":[]}`: "check edit-response: want one image in data, got 0",
+		`{"data":[{"b64_json":"eA=="},{"b64_json":"eA=="}]}`: "check edit-response: want one image in data, got 2",
+		`{"data":[{"b64_json":"not base64!"}]}`:              "check edit-response: data[0].b64_json",
+		`{"data":[{"url":"http://x/y.png"}]}`:                "check edit-response: data[0].b64_json",
+		`not json`:                                           "check edit-response: want one image in data, got 0",
+	} {
+		_, err := editImage(rec(body))
+		assert.ErrorContains(t, err, want, body)
+	}
 }

@@ -174,14 +174,8 @@ func (q *qualification) correctness(t *testing.T) (string, error) {
 			failed = append(failed, fmt.Errorf("native %s: %w", it.key, err))
 		}
 		if goldens != nil {
-			key := q.entry.ID + "/" + it.key
-			switch want, ok := goldens[key]; {
-			case update:
-				goldens[key] = n.framesSHA256
-			case !ok:
-				failed = append(failed, fmt.Errorf("check golden: no golden for %s in %s; record with MEDIAQUAL_UPDATE_GOLDENS=1", key, q.entry.Goldens))
-			case want != n.framesSHA256:
-				failed = append(failed, fmt.Errorf("check golden: %s frames %s, golden %s (refresh only with MEDIAQUAL_UPDATE_GOLDENS=1 after a deliberate change)", key, n.framesSHA256[:12], want[:12]))
+			if err := checkGolden(goldens, update, q.entry.ID+"/"+it.key, n.framesSHA256, q.entry.Goldens); err != nil {
+				failed = append(failed, err)
 			}
 		}
 	}
@@ -198,6 +192,19 @@ func (q *qualification) correctness(t *testing.T) (string, error) {
 		summary += " and equal to the goldens"
 	}
 	return summary, nil
+}
+
+// checkGolden compares an output's frame digest with its golden, or records it when update.
+func checkGolden(goldens map[string]string, update bool, key, frames, file string) error {
+	switch want, ok := goldens[key]; {
+	case update:
+		goldens[key] = frames
+	case !ok:
+		return fmt.Errorf("check golden: no golden for %s in %s; record with MEDIAQUAL_UPDATE_GOLDENS=1", key, file)
+	case want != frames:
+		return fmt.Errorf("check golden: %s frames %s, golden %s (refresh only with MEDIAQUAL_UPDATE_GOLDENS=1 after a deliberate change)", key, frames[:12], want[:12])
+	}
+	return nil
 }
 
 // runNative runs every input on the native path in one `mediaserve task -batch` process, so
@@ -510,15 +517,20 @@ func (q *qualification) influence(t *testing.T) (string, error) {
 		}
 	}
 	gap, err := check.Influence(imgs[0], imgs[1], imgs[2], imgs[3])
+	q.row.Gap = gap
+	return influenceVerdict(gap, err, q.entry.ExpectGap)
+}
+
+// influenceVerdict reads the probe against the row: a gap fails the case unless the row is a
+// negative control expecting exactly that gap, which fails if the probe finds none.
+func influenceVerdict(gap string, err error, expect string) (string, error) {
 	switch {
-	case gap != "" && gap == q.entry.ExpectGap:
-		q.row.Gap = gap
+	case gap != "" && gap == expect:
 		return "capability gap detected as expected for this negative control: " + err.Error(), nil
 	case err != nil:
-		q.row.Gap = gap
 		return "", err
-	case q.entry.ExpectGap != "":
-		return "", fmt.Errorf("check influence-expected-gap: the probe did not find the expected gap %q", q.entry.ExpectGap)
+	case expect != "":
+		return "", fmt.Errorf("check influence-expected-gap: the probe did not find the expected gap %q", expect)
 	}
 	return "outputs follow their references", nil
 }
