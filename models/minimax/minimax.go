@@ -1,8 +1,22 @@
 // Package minimax is MiniMax-H3, a guidance-distilled text-to-audio-video model whose weights
-// (about 351 GB) need CPU offload. Only its video track is qualified here.
+// (about 351 GB) need CPU offload, run by diffusers' MiniMaxH3ModularPipeline (t2va workflow).
+// It generates a stereo soundtrack with the video; only the video track is qualified here.
 package minimax
 
 import "mediaqual/models/spec"
+
+// frames17n5 is the pipeline's frame rule: the video VAE encodes 17-frame chunks keeping 5
+// latents, so counts are 17n+5 (the pipeline silently rounds others up; mediaserve rejects
+// them), and it generates 5 to 15 s at a fixed 24 fps: 124 (17*7+5) to 345 (17*20+5).
+var frames17n5 = &spec.FrameRule{Step: 17, Offset: 5, Range: spec.IntRange{Min: 124, Max: 345}}
+
+// worker is the argv of the family's native Task worker (models/minimax/adapter.py, speaking
+// docs/WORKER.md) for the row's bundle under $MEDIAQUAL_BUNDLES; it offloads to the CPU by
+// default. The script path is relative to the module root; mediaserve resolves it against
+// $MEDIAQUAL_ROOT.
+func worker(bundle string) []string {
+	return []string{"python3", "models/minimax/adapter.py", "--bundle-name", bundle}
+}
 
 // Entries are the family's inventory rows.
 func Entries() []spec.Entry {
@@ -12,18 +26,24 @@ func Entries() []spec.Entry {
 			Revision: "48d93ede", Precision: "bf16", // short form from the upstream manifest
 			Capabilities: []spec.Capability{spec.TextToVideo},
 			Controls: spec.Controls{
-				// The upstream manifest pins 124 frames; the VAE is 4x temporal, so counts are
-				// taken as 4k. Unverified against the pipeline until the adapter runs.
-				Sizes: []spec.Size{{W: 1344, H: 768}}, Frames: &spec.FrameRule{Step: 4, Offset: 0, Range: spec.IntRange{Min: 4, Max: 124}},
-				FPS: []int{24}, Steps: spec.IntRange{Min: 1, Max: 100},
-				// Guidance-distilled: guidance is fixed at 1.0.
+				// 1344x768 is the pipeline's own 16:9 canvas; sizes must be multiples of 32
+				// (VAE 16x, patch 2) within 1:4..4:1.
+				Sizes: []spec.Size{{W: 1344, H: 768}}, Frames: frames17n5,
+				// Steps count sigma grid points, terminal 0 included: N steps are N-1
+				// transformer calls, and the scheduler needs N >= 2.
+				FPS: []int{24}, Steps: spec.IntRange{Min: 2, Max: 100},
+				// Guidance-distilled: guidance is fixed at 1.0, and there is no negative prompt.
 				Guidance: spec.FloatRange{Min: 1, Max: 1}, GuidanceParam: "guidance_scale",
 			},
 			Defaults: spec.Settings{Size: spec.Size{W: 1344, H: 768}, NumFrames: 124, FPS: 24, Steps: 50, Guidance: 1.0, Seed: 0},
+			Worker:   worker("MiniMaxAI/MiniMax-H3"),
 		},
-		Workload: spec.TextToVideo, NativeTask: "diffusers.MiniMaxH3ModularPipeline (CPU offload)",
+		Workload:   spec.TextToVideo,
+		NativeTask: "diffusers.MiniMaxH3ModularPipeline, t2va workflow (ComponentsManager auto CPU offload)",
+		// The weights cannot be built into an L0 bundle on the device lent here (64 GB disk,
+		// 139 GB GPU), so the adapter has run only on a tiny random bundle on CPU.
 		Status: spec.Planned,
-		Note:   "native Task adapter not yet written; diffusers 0.42.1 ships its modular pipeline (modular_pipelines/minimax_h3); frame rule unverified",
+		Note:   "native adapter written and unit-tested (tiny real pipeline on CPU), never run on a GPU: the ~351 GB weights do not fit the available device (64 GB disk, 139 GB GPU)",
 		Bundle: "MiniMaxAI/MiniMax-H3", GPU: &spec.GPUNeeds{Count: 1, MemoryGB: 140},
 		Video: &spec.VideoContract{MinMotion: 0.5, MinStdDev: 2}, Fixtures: "t2v-prompts",
 	}}

@@ -1,0 +1,600 @@
+"""Tests of the MiniMax-H3 adapter. All but TinyPipelineTest need no torch, diffusers or numpy.
+
+Run from models/minimax:  python3 -m unittest -v test_adapter
+(models/minimax/adapter_test.go runs it under `go test ./...`). TinyPipelineTest runs the real
+modular pipeline on CPU where torch, diffusers, transformers, accelerate, numpy and torchvision
+are installed, and is skipped elsewhere.
+"""
+
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import adapter  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # models/
+from pyworker.testing import WorkerTestCase  # noqa: E402
+
+
+def settings(**over):
+    """The row's pinned settings (models/minimax/minimax.go), with a prompt."""
+    s = {
+        "prompt": "a red fox in snow",
+        "size": "1344x768",
+        "num_frames": 124,
+        "fps": 24,
+        "num_inference_steps": 50,
+        "guidance": 1,
+        "seed": 0,
+    }
+    s.update(over)
+    return s
+
+
+def gen(seed):
+    return ("generator", seed)
+
+
+class MappingTest(unittest.TestCase):
+    def test_settings_to_kwargs(self):
+        kw = adapter.pipeline_kwargs(settings(), gen)
+        self.assertEqual(kw, {
+            "prompt": "a red fox in snow",
+            "height": 768,
+            "width": 1344,
+            "num_frames": 124,
+            "num_inference_steps": 50,
+            "generator": ("generator", 0),
+            "output_type": "np",
+        })
+        for absent in ("fps", "guidance_scale", "negative_prompt", "image", "last_image", "references"):
+            self.assertNotIn(absent, kw, "t2va takes no %s (the pipeline would only warn about it)" % absent)
+
+    def test_portrait_size_is_height_by_width(self):
+        kw = adapter.pipeline_kwargs(settings(size="768x1344"), gen)
+        self.assertEqual((kw["width"], kw["height"]), (768, 1344))
+
+    def test_seed_goes_to_the_generator(self):
+        seen = []
+        for seed in (0, 7, -3, (1 << 63) - 1, -(1 << 63)):
+            adapter.pipeline_kwargs(settings(seed=seed), lambda s: seen.append(s))
+        self.assertEqual(seen, [0, 7, -3, (1 << 63) - 1, -(1 << 63)])
+
+    def test_seed_must_be_int64(self):
+        for bad in (1.5, "42", True, 1 << 63, None):
+            with self.subTest(seed=bad):
+                with self.assertRaises(adapter.JobError) as cm:
+                    adapter.pipeline_kwargs(settings(seed=bad), gen)
+                self.assertEqual(cm.exception.param, "seed")
+        s = settings()
+        del s["seed"]
+        with self.assertRaises(adapter.JobError):
+            adapter.pipeline_kwargs(s, gen)
+
+    def test_released_frame_range(self):
+        self.assertEqual(adapter.RELEASED.frame_range(), (124, 345))
+        self.assertEqual([n for n in range(0, 400) if n % 17 == 5 and 5 <= n / 24 <= 15],
+                         list(range(124, 346, 17)), "17n+5 within 5..15 s at 24 fps")
+
+    def test_frames_must_be_17n_plus_5_within_5_to_15_s(self):
+        for n in range(124, 346, 17):
+            self.assertEqual(adapter.pipeline_kwargs(settings(num_frames=n), gen)["num_frames"], n)
+        for n in (1, 5, 22, 107, 120, 121, 123, 125, 140, 344, 346, 362, 379, 1000):
+            with self.subTest(num_frames=n):
+                with self.assertRaises(adapter.JobError) as cm:
+                    adapter.pipeline_kwargs(settings(num_frames=n), gen)
+                self.assertEqual(cm.exception.code, "unsupported_value")
+                self.assertEqual(cm.exception.param, "num_frames")
+        for n in (0, -3):
+            with self.assertRaises(adapter.JobError) as cm:
+                adapter.pipeline_kwargs(settings(num_frames=n), gen)
+            self.assertEqual(cm.exception.param, "num_frames")
+
+    def test_frame_messages_say_what_diffusers_would_do(self):
+        with self.assertRaises(adapter.JobError) as cm:
+            adapter.pipeline_kwargs(settings(num_frames=120), gen)
+        self.assertIn("17n+5", cm.exception.message)
+        self.assertIn("silently round it up to 124", cm.exception.message)
+        self.assertIn("nearest allowed: 124", cm.exception.message)
+        with self.assertRaises(adapter.JobError) as cm:
+            adapter.pipeline_kwargs(settings(num_frames=200), gen)
+        self.assertIn("nearest allowed: 192 or 209", cm.exception.message)
+        with self.assertRaises(adapter.JobError) as cm:
+            adapter.pipeline_kwargs(settings(num_frames=350), gen)  # 362 is 15.083 s: diffusers raises
+        self.assertIn("round it up to 362, then refuse it", cm.exception.message)
+        self.assertIn("nearest allowed: 345", cm.exception.message)
+        with self.assertRaises(adapter.JobError) as cm:
+            adapter.pipeline_kwargs(settings(num_frames=362), gen)  # on the rule, 15.083 s
+        self.assertIn("124..345", cm.exception.message)
+        with self.assertRaises(adapter.JobError) as cm:
+            adapter.pipeline_kwargs(settings(num_frames=107), gen)  # on the rule, 4.458 s
+        self.assertIn("5 to 15 s", cm.exception.message)
+
+    def test_geometry_from_the_backend(self):
+        g = adapter.Geometry(frames_per_chunk=9, latents_per_chunk=3, fps=8, min_duration=1, max_duration=4,
+                             canvas_multiple=16)
+        self.assertEqual(g.frame_range(), (12, 30))
+        adapter.pipeline_kwargs(settings(size="48x16", num_frames=21, fps=8), gen, g)
+        with self.assertRaises(adapter.JobError):
+            adapter.pipeline_kwargs(settings(size="48x16", num_frames=124, fps=8), gen, g)
+        with self.assertRaises(adapter.JobError):
+            adapter.pipeline_kwargs(settings(size="40x16", num_frames=21, fps=8), gen, g)
+
+    def test_size_multiple_of_32_is_not_rounded(self):
+        for ok in ("1344x768", "768x1344", "1280x704", "32x32", "128x32", "32x128"):
+            adapter.pipeline_kwargs(settings(size=ok), gen)
+        for bad in ("1280x720", "1366x768", "1344x760", "848x480", "16x16"):
+            with self.subTest(size=bad):
+                with self.assertRaises(adapter.JobError) as cm:
+                    adapter.pipeline_kwargs(settings(size=bad), gen)
+                self.assertEqual((cm.exception.code, cm.exception.param), ("unsupported_value", "size"))
+                self.assertIn("multiple of 32", cm.exception.message)
+
+    def test_aspect_ratio_limits(self):
+        for bad in ("160x32", "32x160", "1344x288"):
+            with self.subTest(size=bad):
+                with self.assertRaises(adapter.JobError) as cm:
+                    adapter.pipeline_kwargs(settings(size=bad), gen)
+                self.assertEqual((cm.exception.code, cm.exception.param), ("unsupported_value", "size"))
+                self.assertIn("1:4 to 4:1", cm.exception.message)
+
+    def test_fps_is_fixed_at_24(self):
+        for bad in (16, 25, 30):
+            with self.assertRaises(adapter.JobError) as cm:
+                adapter.pipeline_kwargs(settings(fps=bad), gen)
+            self.assertEqual((cm.exception.code, cm.exception.param), ("unsupported_value", "fps"))
+
+    def test_guidance_is_fixed_at_1(self):
+        adapter.pipeline_kwargs(settings(guidance=1.0), gen)
+        for bad in (0, 0.5, 1.5, 5):
+            with self.assertRaises(adapter.JobError) as cm:
+                adapter.pipeline_kwargs(settings(guidance=bad), gen)
+            self.assertEqual((cm.exception.code, cm.exception.param), ("unsupported_value", "guidance"))
+            self.assertIn("guidance-distilled", cm.exception.message)
+
+    def test_no_negative_prompt(self):
+        adapter.pipeline_kwargs(settings(negative_prompt=""), gen)  # the server omits an empty one
+        adapter.pipeline_kwargs(settings(negative_prompt=None), gen)
+        with self.assertRaises(adapter.JobError) as cm:
+            adapter.pipeline_kwargs(settings(negative_prompt="blurry"), gen)
+        self.assertEqual((cm.exception.code, cm.exception.param), ("unsupported_value", "negative_prompt"))
+
+    def test_steps_count_sigma_grid_points(self):
+        for ok in (2, 3, 50, 100):
+            self.assertEqual(adapter.pipeline_kwargs(settings(num_inference_steps=ok), gen)["num_inference_steps"], ok)
+        for bad in (1, 0, -1):
+            with self.assertRaises(adapter.JobError) as cm:
+                adapter.pipeline_kwargs(settings(num_inference_steps=bad), gen)
+            self.assertEqual((cm.exception.code, cm.exception.param), ("unsupported_value", "num_inference_steps"))
+
+    def test_malformed_settings(self):
+        cases = {
+            "size": ["1344", "1344x", "x768", "0x768", "1344X768", "-1344x768", 1344, None, "１344x768"],
+            "num_frames": [124.0, "124", None, True],
+            "num_inference_steps": [2.0, "30", None],
+            "fps": [0, 24.0, None],
+            "guidance": ["1", None, True, float("nan"), float("inf")],
+            "prompt": [None, 3, ""],
+        }
+        for key, values in cases.items():
+            for v in values:
+                with self.subTest(key=key, value=v):
+                    with self.assertRaises(adapter.JobError) as cm:
+                        adapter.pipeline_kwargs(settings(**{key: v}), gen)
+                    self.assertEqual(cm.exception.param, key)
+        with self.assertRaises(adapter.JobError):
+            adapter.pipeline_kwargs(None, gen)
+        with self.assertRaises(adapter.JobError):
+            adapter.pipeline_kwargs(settings(negative_prompt=5), gen)
+
+    def test_actual(self):
+        a = adapter.actual_for(settings(), 124, 1344, 768, 50)
+        self.assertEqual(a, {
+            "num_frames": 124, "width": 1344, "height": 768, "fps": 24, "duration_s": 124 / 24,
+            "num_inference_steps": 50, "guidance": 1.0, "seed": 0, "precision": "bf16",
+        })
+        self.assertIsInstance(a["guidance"], float)
+
+    def test_report_step_counts_grid_points(self):
+        calls = []
+        for i in range(4):  # 5 steps: 4 iterations
+            adapter.report_step(lambda p, idx, t, kw: calls.append((p, idx, t, kw)), "pipe", i, 0.5)
+        self.assertEqual([c[1] for c in calls], [1, 2, 3, 4])
+        self.assertEqual(calls[0], ("pipe", 1, 0.5, {}))
+        adapter.report_step(None, "pipe", 0, 0.5)  # no callback (warm-up): nothing
+
+
+class FakePipe:
+    """Stands in for MiniMaxH3ModularPipeline(..., output="videos")[0] with the adapter's hook
+    in its loop: N steps run N-1 iterations, each ending in report_step; the frames depend on the
+    seed only through the generator (so equal seeds give equal bytes)."""
+
+    def __init__(self, step_delay=0.0, fail=None):
+        self.calls = []
+        self.step_delay = step_delay
+        self.fail = fail
+        self._interrupt = False
+        self.started = threading.Event()
+
+    def __call__(self, **kw):
+        self.calls.append(kw)
+        self._interrupt = False
+        self.started.set()
+        if self.fail:
+            raise self.fail
+        for i in range(kw["num_inference_steps"] - 1):
+            if self._interrupt:
+                continue
+            time.sleep(self.step_delay)
+            adapter.report_step(kw.get("callback_on_step_end"), self, i, i / kw["num_inference_steps"])
+        _, seed = kw["generator"]
+        f, h, w = kw["num_frames"], kw["height"], kw["width"]
+        rows = [[[y / max(h - 1, 1), x / max(w - 1, 1), 0.5] for x in range(w)] for y in range(h)]
+        # Shared rows keep a 124-frame clip cheap; the first pixel of a frame carries seed and index.
+        return [[[[((seed + fi) % 5) / 4, 0.0, 0.0]] + rows[0][1:]] + rows[1:] for fi in range(f)]
+
+
+class FakeBackend:
+    precision = "bf16"
+    geometry = adapter.RELEASED
+
+    def __init__(self, pipe):
+        self.pipe = pipe
+        self.events = []
+
+    def generator(self, seed):
+        return ("generator", seed)
+
+    def call(self, kwargs):
+        self.events.append("call")
+        return self.pipe(**kwargs)
+
+    def synchronize(self):
+        self.events.append("sync")
+
+    def reset_peak(self):
+        self.events.append("reset_peak")
+
+    def peak_memory_mb(self):
+        return 1234.5
+
+    def is_oom(self, exc):
+        return "out of memory" in str(exc)
+
+    def recover(self):
+        self.events.append("recover")
+
+    def ready_info(self):
+        return {"weights": "fake"}
+
+
+SMALL = {"size": "32x32", "num_frames": 124}
+
+
+class ProtocolTest(WorkerTestCase):
+    adapter = adapter
+    fake_pipe = FakePipe
+    fake_backend = FakeBackend
+
+    def run_job(self, job_id, **over):
+        out = self.path(job_id + ".rgb")
+        self.inp.send({"op": "run", "id": job_id, "settings": settings(**dict(SMALL, **over)), "output": out})
+        return out
+
+    def test_ready_run_result(self):
+        ticks = iter([10.0, 10.5])
+        self.start(clock=lambda: next(ticks))
+        ready = self.out.next_event()
+        self.assertEqual((ready["event"], ready["precision"], ready["pid"], ready["weights"]),
+                         ("ready", "bf16", os.getpid(), "fake"))
+        out = self.run_job("job-1", size="64x32", num_inference_steps=4)
+        res, progress = self.until("result", "job-1")
+        # 4 steps are 3 iterations; progress counts grid points reached, ending at 4 of 4.
+        self.assertEqual([(p["done"], p["total"]) for p in progress], [(2, 4), (3, 4), (4, 4)])
+        self.assertEqual((res["frames"], res["width"], res["height"]), (124, 64, 32))
+        self.assertEqual(res["actual"], {
+            "num_frames": 124, "width": 64, "height": 32, "fps": 24, "duration_s": 124 / 24,
+            "num_inference_steps": 4, "guidance": 1.0, "seed": 0, "precision": "bf16"})
+        self.assertEqual((res["task_wall_ms"], res["peak_memory_mb"]), (500.0, 1234.5))
+        self.assertEqual(os.path.getsize(out), 124 * 32 * 64 * 3)
+        self.assertEqual(self.backend.events, ["reset_peak", "call", "sync"])
+        kw = self.pipe.calls[0]
+        self.assertEqual((kw["height"], kw["width"], kw["num_frames"], kw["generator"]), (32, 64, 124, ("generator", 0)))
+        self.assertTrue(callable(kw["callback_on_step_end"]))
+        self.stop()
+
+    def test_same_seed_same_bytes(self):
+        self.start()
+        self.out.next_event()
+        outs = []
+        for i, seed in enumerate((42, 42, 43)):
+            out = self.run_job("j%d" % i, num_inference_steps=2, seed=seed)
+            self.until("result", "j%d" % i)
+            with open(out, "rb") as f:
+                outs.append(f.read())
+        self.assertEqual(outs[0], outs[1])
+        self.assertNotEqual(outs[0], outs[2])
+        self.stop()
+
+    def test_refused_settings_are_errors_and_the_worker_goes_on(self):
+        self.start()
+        self.out.next_event()
+        for job_id, over, param in (("f", {"num_frames": 120}, "num_frames"), ("s", {"size": "48x32"}, "size"),
+                                    ("g", {"guidance": 5}, "guidance"), ("r", {"fps": 16}, "fps"),
+                                    ("n", {"num_inference_steps": 1}, "num_inference_steps")):
+            out = self.run_job(job_id, **over)
+            err, progress = self.until("error", job_id)
+            self.assertEqual((err["code"], err["param"], progress), ("unsupported_value", param, []))
+            self.assertEqual(os.path.getsize(out), 0)
+        self.assertEqual(self.pipe.calls, [], "the pipeline never ran")
+        self.run_job("ok", num_inference_steps=2)
+        self.until("result", "ok")
+        self.stop()
+
+    def test_cancel_between_steps(self):
+        self.start(pipe=FakePipe(step_delay=0.02))
+        self.out.next_event()
+        self.run_job("long", num_inference_steps=200)
+        first = self.out.next_event()
+        self.assertEqual((first["event"], first["done"]), ("progress", 2))
+        self.inp.send({"op": "cancel", "id": "long"})
+        err, progress = self.until("error", "long")
+        self.assertEqual(err["code"], "cancelled")
+        self.assertLess(len(progress) + 1, 199, "stopped early")
+        self.assertRegex(err["message"], r"cancelled at step \d+ of 200")
+        self.inp.send({"op": "cancel", "id": "long"})  # late: ignored
+        self.run_job("next", num_inference_steps=2)
+        res, _ = self.until("result", "next")
+        self.assertEqual(res["frames"], 124)
+        self.stop()
+
+    def test_cancel_of_a_queued_job(self):
+        self.start(pipe=FakePipe(step_delay=0.01))
+        self.out.next_event()
+        self.run_job("a", num_inference_steps=10)
+        self.run_job("b", num_inference_steps=10)
+        self.inp.send({"op": "cancel", "id": "b"})
+        self.until("result", "a")
+        err, progress = self.until("error", "b")
+        self.assertEqual((err["code"], progress), ("cancelled", []))
+        self.stop()
+
+    def test_eof_drops_the_running_job_and_exits_0(self):
+        self.start(pipe=FakePipe(step_delay=0.02))
+        self.out.next_event()
+        self.run_job("x", num_inference_steps=500)
+        self.assertTrue(self.pipe.started.wait(5))
+        t0 = time.time()
+        self.stop()
+        self.assertLess(time.time() - t0, 3)
+
+    def test_pipeline_failures(self):
+        self.start(pipe=FakePipe(fail=RuntimeError("CUDA out of memory. Tried to allocate 2 GiB")))
+        self.out.next_event()
+        self.run_job("m")
+        err, _ = self.until("error", "m")
+        self.assertEqual(err["code"], "out_of_memory")
+        self.assertIn("recover", self.backend.events)
+        self.pipe.fail = ValueError("boom")
+        self.run_job("v")
+        err, _ = self.until("error", "v")
+        self.assertEqual(err["code"], "pipeline_error")
+        self.assertIn("boom", err["message"])
+        self.stop()
+
+    def test_load_failure_is_fatal(self):
+        def load():
+            raise RuntimeError("no diffusers modular bundle at '/nowhere'")
+
+        self.start(load=load)
+        ev = self.out.next_event()
+        self.assertEqual(ev["event"], "fatal")
+        self.assertIn("/nowhere", ev["message"])
+        self.thread.join(5)
+        self.assertEqual(self.rc, [1])
+
+
+class ConfigTest(unittest.TestCase):
+    def test_bundle_resolution(self):
+        env = {"MEDIAQUAL_BUNDLES": "/data/bundles"}
+        c = adapter.parse_args(["--bundle-name", "MiniMaxAI/MiniMax-H3"], env)
+        self.assertEqual(c.bundle, "/data/bundles/MiniMaxAI/MiniMax-H3")
+        self.assertEqual((c.device, c.offload, c.warmup_steps), ("cuda:0", "auto", 0))
+        c = adapter.parse_args(["--bundle-name", "x"], dict(env, MEDIAQUAL_BUNDLE="/b/one", MEDIAQUAL_MINIMAX_DEVICE="cuda:1"))
+        self.assertEqual((c.bundle, c.device), ("/b/one", "cuda:1"))
+        c = adapter.parse_args(["--bundle", "/explicit", "--device", "cpu", "--offload", "none"], dict(env, MEDIAQUAL_BUNDLE="/b/one"))
+        self.assertEqual((c.bundle, c.device, c.offload), ("/explicit", "cpu", "none"))
+        self.assertIsNone(adapter.parse_args([], {}).bundle)
+
+    def test_missing_bundle_fails_before_importing_torch(self):
+        with self.assertRaises(RuntimeError) as cm:
+            adapter.DiffusersBackend(adapter.Config(os.path.join(tempfile.gettempdir(), "no-such-bundle")))
+        self.assertIn("modular_model_index.json", str(cm.exception))
+        with tempfile.TemporaryDirectory() as d:
+            # A classic (non-modular) snapshot is not a MiniMax-H3 bundle.
+            with open(os.path.join(d, "model_index.json"), "w") as f:
+                f.write("{}")
+            with self.assertRaises(RuntimeError) as cm:
+                adapter.DiffusersBackend(adapter.Config(d))
+            self.assertIn(d, str(cm.exception))
+        with self.assertRaises(RuntimeError):
+            adapter.DiffusersBackend(adapter.Config(None))
+
+    def test_module_imports_no_torch(self):
+        self.assertNotIn("torch", sys.modules)
+        self.assertNotIn("diffusers", sys.modules)
+
+
+# --------------------------------------------------------------------------------------------
+# The real modular pipeline, tiny, on CPU
+
+
+def _have(*mods):
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) is not None for m in mods)
+
+
+def _byte_level_alphabet():
+    """The 256 printable stand-ins a byte-level BPE (GPT-2, Qwen) uses for raw bytes."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    out, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            out[b] = chr(b)
+        else:
+            out[b] = chr(256 + extra)
+            extra += 1
+    return [out[b] for b in range(256)]
+
+
+def build_tiny_bundle(out):
+    """Writes a MiniMax-H3 modular bundle with random weights at tiny sizes: every component the
+    t2va workflow loads, of its real class, configured here. The geometry that matters is kept:
+    VAE 16x spatial with 17-frame chunks of 5 latents (so 17n+5 frames, canvas multiple 32),
+    transformer patch (1, 2, 2), and a Qwen3-VL with more than 50 text layers (the pipeline reads
+    hidden_states[50])."""
+    import torch
+    from diffusers import (AutoencoderKLMiniMaxH3, AutoencoderKLMiniMaxH3Audio, MiniMaxH3Scheduler,
+                           MiniMaxH3Transformer3DModel)
+    from diffusers.modular_pipelines import MiniMaxH3Blocks
+    from transformers import Qwen2TokenizerFast, Qwen3VLConfig, Qwen3VLForConditionalGeneration, Qwen3VLProcessor
+    from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageProcessor
+    from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
+
+    torch.manual_seed(0)
+    vocab = {"<|endoftext|>": 0}
+    for ch in _byte_level_alphabet():
+        vocab[ch] = len(vocab)
+    vision = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+    tokenizer = Qwen2TokenizerFast(vocab=vocab, merges=[], additional_special_tokens=vision)
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in vision}
+    text_dim = 16
+    text_encoder = Qwen3VLForConditionalGeneration(Qwen3VLConfig(
+        text_config=dict(hidden_size=text_dim, intermediate_size=32, num_hidden_layers=51, num_attention_heads=2,
+                         num_key_value_heads=1, head_dim=8, vocab_size=len(tokenizer) + 8,
+                         rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1]}),
+        vision_config=dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=text_dim,
+                           patch_size=16, spatial_merge_size=2, temporal_patch_size=2, deepstack_visual_indexes=[0],
+                           num_position_embeddings=64),
+        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
+    )).eval()
+    processor = Qwen3VLProcessor(image_processor=Qwen2VLImageProcessor(), tokenizer=tokenizer,
+                                 video_processor=Qwen3VLVideoProcessor())
+    # rotary: 3 axes x 2 x rope_freq_dim = 12 channels of a 16-wide head
+    transformer = MiniMaxH3Transformer3DModel(
+        num_attention_heads=2, attention_head_dim=16, hidden_size=32, num_layers=1, num_refiner_layers=1,
+        ffn_dim=32, in_channels=4, audio_in_channels=4, text_dim=text_dim, freq_dim=16,
+        time_embed_hidden_dim=16, time_embed_dim=16, rope_freq_dim=2)
+    vae = AutoencoderKLMiniMaxH3(
+        latent_channels=4, block_out_channels=(8,) * 6, layers_per_block=1, norm_num_groups=4,
+        decoder_num_layers=1, decoder_num_attention_heads=2, decoder_attention_head_dim=8,
+        latents_mean=(0.0,) * 4, latents_std=(1.0,) * 4)
+    audio_vae = AutoencoderKLMiniMaxH3Audio(
+        encoder_dim=4, encoder_rates=(2, 2), latent_dim=8, latent_channels=4, num_attention_heads=2, decoder_dim=8,
+        decoder_rates=(2, 2), decoder_kernel_sizes=(4, 4), resblock_kernel_sizes=(3,), resblock_dilation_sizes=((1,),),
+        sampling_rate=160, latents_mean=[0.0] * 4, latents_std=[1.0] * 4)
+    pipe = MiniMaxH3Blocks().get_workflow("t2va").init_pipeline()
+    pipe.update_components(text_encoder=text_encoder, tokenizer=tokenizer, processor=processor,
+                           transformer=transformer, vae=vae, audio_vae=audio_vae,
+                           scheduler=MiniMaxH3Scheduler(shift=12.0), audio_scheduler=MiniMaxH3Scheduler(shift=3.0))
+    pipe.save_pretrained(out, overwrite_modular_index=True)
+    with open(os.path.join(out, "L0-RANDOM.txt"), "w") as f:
+        f.write("RANDOM weights at tiny sizes (models/minimax/test_adapter.py): mechanics only, never quality.\n")
+
+
+@unittest.skipUnless(_have("torch", "diffusers", "transformers", "accelerate", "numpy", "torchvision"),
+                     "needs torch, diffusers, transformers, accelerate, numpy and torchvision")
+class TinyPipelineTest(unittest.TestCase):
+    """The real path end to end, on CPU: a tiny bundle of the real MiniMax-H3 component classes,
+    loaded by adapter.py (a subprocess, as mediaserve runs it) through the real modular pipeline,
+    the step hook included, serving jobs over the protocol."""
+
+    @classmethod
+    def setUpClass(cls):
+        import subprocess
+
+        here = os.path.dirname(os.path.abspath(__file__))
+        cls.tmp = tempfile.mkdtemp()
+        bundle = os.path.join(cls.tmp, "MiniMaxAI", "MiniMax-H3")
+        build_tiny_bundle(bundle)
+        cls.proc = subprocess.Popen(
+            [sys.executable, os.path.join(here, "adapter.py"), "--bundle", bundle, "--device", "cpu", "--offload", "none"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1)
+
+    @classmethod
+    def tearDownClass(cls):
+        import shutil
+
+        if cls.proc.poll() is None:
+            cls.proc.kill()
+            cls.proc.wait()
+        cls.proc.stdout.close()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def recv(self):
+        line = self.proc.stdout.readline()
+        self.assertTrue(line, "worker closed stdout")
+        return json.loads(line)
+
+    def send(self, obj):
+        self.proc.stdin.write(json.dumps(obj) + "\n")
+        self.proc.stdin.flush()
+
+    def job(self, job_id, cancel_after_first_step=False, **over):
+        out = os.path.join(self.tmp, job_id + ".rgb")
+        open(out, "wb").close()
+        s = settings(size="64x32", num_inference_steps=3)
+        s.update(over)
+        self.send({"op": "run", "id": job_id, "settings": s, "output": out})
+        progress = []
+        while True:
+            ev = self.recv()
+            if ev["event"] == "progress":
+                progress.append((ev["done"], ev["total"]))
+                if cancel_after_first_step and len(progress) == 1:
+                    self.send({"op": "cancel", "id": job_id})
+                continue
+            with open(out, "rb") as f:
+                return ev, f.read(), progress
+
+    def test_protocol_over_the_real_pipeline(self):
+        ready = self.recv()
+        self.assertEqual((ready["event"], ready["precision"], ready["weights"]), ("ready", "bf16", "L0-random"), ready)
+        ev, data, progress = self.job("a")
+        self.assertEqual(ev["event"], "result", ev)
+        self.assertEqual((ev["frames"], ev["width"], ev["height"]), (124, 64, 32))
+        self.assertEqual(len(data), 124 * 32 * 64 * 3)
+        self.assertEqual(progress, [(2, 3), (3, 3)], "the hook in the real loop: 3 steps, 2 transformer calls")
+        self.assertEqual(ev["actual"], {
+            "num_frames": 124, "width": 64, "height": 32, "fps": 24, "duration_s": 124 / 24,
+            "num_inference_steps": 3, "guidance": 1.0, "seed": 0, "precision": "bf16"})
+        self.assertGreater(len(set(data)), 1, "not a constant clip")
+        _, again, _ = self.job("b")
+        self.assertEqual(data, again, "same seed, same frames")
+        _, other, _ = self.job("c", seed=43)
+        self.assertNotEqual(data, other)
+        for job_id, over, param in (("d", {"num_frames": 120}, "num_frames"), ("e", {"size": "48x32"}, "size"),
+                                    ("f", {"num_inference_steps": 1}, "num_inference_steps")):
+            ev, _, _ = self.job(job_id, **over)
+            self.assertEqual((ev["event"], ev["code"], ev["param"]), ("error", "unsupported_value", param))
+        # 1000 steps take seconds even at this size; the cancel lands between two of them.
+        ev, data, progress = self.job("x", cancel_after_first_step=True, num_inference_steps=1000)
+        self.assertEqual((ev["event"], ev["code"], data), ("error", "cancelled", b""), ev)
+        self.assertLess(len(progress), 999)
+        ev, data, progress = self.job("g", size="32x64", num_frames=141, num_inference_steps=2)
+        self.assertEqual((ev["frames"], ev["width"], ev["height"], len(data)), (141, 32, 64, 141 * 64 * 32 * 3))
+        self.assertEqual(progress, [(2, 2)])
+        self.proc.stdin.close()
+        self.assertEqual(self.proc.wait(30), 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
