@@ -48,7 +48,7 @@ func TestServableHaveTasks(t *testing.T) {
 	for _, cp := range models.Servable() {
 		ids[cp.ID] = true
 	}
-	assert.Equal(t, map[string]bool{"ref-t2v": true, "ref-edit": true, "ref-t2i": true, "Wan-AI/Wan2.1-T2V-1.3B": true, "Wan-AI/Wan2.2-TI2V-5B": true, "MiniMaxAI/MiniMax-H3": true}, ids)
+	assert.Equal(t, map[string]bool{"ref-t2v": true, "ref-edit": true, "ref-t2i": true, "Wan-AI/Wan2.1-T2V-1.3B": true, "Wan-AI/Wan2.2-TI2V-5B": true, "MiniMaxAI/MiniMax-H3": true, "Qwen/Qwen-Image-Edit-2511": true}, ids)
 	_, err := models.Lookup("nope")
 	assert.ErrorContains(t, err, "unknown checkpoint")
 }

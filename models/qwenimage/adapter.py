@@ -17,7 +17,8 @@ Settings map to QwenImageEditPlusPipeline.__call__: image=[reference], prompt, n
 (omitted -> the pinned " ", which keeps true CFG on), true_cfg_scale=guidance, guidance_scale=1.0,
 num_inference_steps, height/width from size, a seeded generator, num_images_per_prompt=1,
 output_type="np". A size that is not a multiple of 16 (VAE 8x times patch 2) is answered with an
-error event where diffusers would silently crop it.
+error event where diffusers would silently crop it, and so is num_inference_steps 1, for which the
+snapshot's scheduler (shift_terminal 0.02) computes a NaN sigma and diffusers a NaN image.
 
 The ready line says "weights": "L0-random" when the bundle carries models/qwenimage/build_l0.py's
 L0-RANDOM.txt marker (random weights: mechanics, timing and shapes only), else "bundle".
@@ -40,6 +41,7 @@ from pyworker.worker import JobError  # noqa: E402
 PRECISION = "bf16"
 NEGATIVE_DEFAULT = " "  # the row's pinned negative prompt: true CFG needs one
 SIZE_MULTIPLE = (16, 16)  # (height, width): VAE spatial 8x times transformer patch 2
+MIN_STEPS = 2  # one step gives NaN sigmas with the snapshot's scheduler (see pipeline_kwargs)
 
 log = pw.logger("qwenimage-adapter")
 
@@ -64,6 +66,15 @@ def pipeline_kwargs(settings, image, generator_for, size_multiple=SIZE_MULTIPLE)
         if settings.get(key) not in (None, 0):
             raise JobError("invalid_request", "image_edit takes no %s, got %r" % (key, settings[key]), key)
     steps = pw.int_setting(settings, "num_inference_steps", minimum=1)
+    if steps < MIN_STEPS:
+        # The pipeline asks for sigmas linspace(1, 1/N, N); the scheduler's shift_terminal (0.02)
+        # stretch then divides by 1 - sigma_last, which is 0 for N = 1: a NaN sigma, a NaN image.
+        raise JobError(
+            "unsupported_value",
+            "num_inference_steps must be at least %d, got %d (with one step Qwen-Image's scheduler, shift_terminal "
+            "0.02, computes 0/0 sigmas and diffusers returns a NaN image)" % (MIN_STEPS, steps),
+            "num_inference_steps",
+        )
     guidance = pw.guidance_setting(settings)
     seed = pw.int_setting(settings, "seed")
     return {

@@ -75,6 +75,9 @@ func TestAdapterMapsEveryDeclaredSetting(t *testing.T) {
 	s := d
 	s.NegativePrompt, s.Steps, s.Guidance, s.Seed = "", e.Controls.Steps.Max, e.Controls.Guidance.Max, 1<<62
 	items = append(items, s)
+	s = d
+	s.Steps, s.Guidance = e.Controls.Steps.Min, e.Controls.Guidance.Min
+	items = append(items, s)
 	for i, got := range runMapping(t, items) {
 		s := items[i]
 		require.Empty(t, got.Error, "%+v rejected (%s)", s, got.Param)
@@ -97,6 +100,17 @@ func TestAdapterMapsEveryDeclaredSetting(t *testing.T) {
 			Seed: s.Seed, Precision: e.Precision}, got.Actual)
 	}
 	assert.Equal(t, " ", e.Defaults.NegativePrompt, "the adapter's NEGATIVE_DEFAULT is the row's pinned one")
+}
+
+// TestAdapterRefusesStepsBelowTheRow: one step gives a NaN image with the snapshot's scheduler;
+// the row declares steps from 2, and the adapter refuses fewer rather than return NaN.
+func TestAdapterRefusesStepsBelowTheRow(t *testing.T) {
+	e := Entries()[0]
+	s := e.Defaults
+	s.Prompt, s.Steps = "make the sky purple", e.Controls.Steps.Min-1
+	got := runMapping(t, []spec.Settings{s})
+	assert.Equal(t, "unsupported_value", got[0].Error)
+	assert.Equal(t, "num_inference_steps", got[0].Param)
 }
 
 // TestDocumentedArgvStartsTheAdapter runs the argv docs/GPU.md gives for wiring the row,

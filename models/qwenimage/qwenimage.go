@@ -12,14 +12,21 @@ func Entries() []spec.Entry {
 			ID: "Qwen/Qwen-Image-Edit-2511", Family: "qwenimage", Profile: "full",
 			Revision: "6f3ccc0b56e431dc6a0c2b2039706d7d26f22cb9", Precision: "bf16",
 			Capabilities: []spec.Capability{spec.ImageEdit},
+			// Steps from 2: with one step the snapshot's scheduler (shift_terminal 0.02) divides 0
+			// by 0 and diffusers returns a NaN image.
 			Controls: spec.Controls{
-				Sizes: []spec.Size{{W: 1024, H: 1024}}, Steps: spec.IntRange{Min: 1, Max: 100},
+				Sizes: []spec.Size{{W: 1024, H: 1024}}, Steps: spec.IntRange{Min: 2, Max: 100},
 				Guidance: spec.FloatRange{Min: 1, Max: 20}, GuidanceParam: "true_cfg_scale", NegativePrompt: true,
 			},
 			Defaults: spec.Settings{Size: spec.Size{W: 1024, H: 1024}, NegativePrompt: " ", Steps: 20, Guidance: 4.0, Seed: 42},
+			// The script path is relative to the module root; mediaserve resolves it against
+			// $MEDIAQUAL_ROOT. The weights are the row's bundle under $MEDIAQUAL_BUNDLES.
+			Worker: []string{"python3", "models/qwenimage/adapter.py", "--bundle-name", "Qwen/Qwen-Image-Edit-2511"},
 		},
 		Workload: spec.ImageEdit, NativeTask: "diffusers.QwenImageEditPlusPipeline",
-		Status: spec.Planned, Note: "native Task adapter not yet implemented",
+		// The adapter runs (L0-random bundle on an H200); the status stays planned until real
+		// weights are qualified.
+		Status: spec.Planned, Note: "native adapter runs on an L0-random bundle; not yet qualified on real weights",
 		Bundle: "Qwen/Qwen-Image-Edit-2511", GPU: &spec.GPUNeeds{Count: 1, MemoryGB: 80},
 		// An output within one level of its source on average returned its input.
 		Edit: &spec.EditContract{MinChange: 1}, Fixtures: "edit-photos",

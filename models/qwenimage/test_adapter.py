@@ -148,6 +148,13 @@ class MappingTest(unittest.TestCase):
                     adapter.pipeline_kwargs(settings(seed=bad), "IMG", gen)
                 self.assertEqual(cm.exception.param, "seed")
 
+    def test_one_step_is_refused(self):
+        self.assertEqual(adapter.pipeline_kwargs(settings(num_inference_steps=2), "IMG", gen)["num_inference_steps"], 2)
+        with self.assertRaises(adapter.JobError) as cm:
+            adapter.pipeline_kwargs(settings(num_inference_steps=1), "IMG", gen)
+        self.assertEqual((cm.exception.code, cm.exception.param), ("unsupported_value", "num_inference_steps"))
+        self.assertIn("NaN", cm.exception.message)
+
     def test_no_video_settings(self):
         adapter.pipeline_kwargs(settings(num_frames=0, fps=0), "IMG", gen)
         for key in ("num_frames", "fps"):
@@ -280,7 +287,7 @@ class ProtocolTest(WorkerTestCase):
         self.assertEqual((err["code"], err["param"], progress), ("unsupported_value", "size", []))
         self.assertEqual(self.pipe.calls, [], "the pipeline never ran")
         self.assertEqual(os.path.getsize(out), 0)
-        self.inp.send({"op": "run", "id": "ok", "settings": settings(size="16x16", num_inference_steps=1),
+        self.inp.send({"op": "run", "id": "ok", "settings": settings(size="16x16", num_inference_steps=2),
                        "reference": self.reference(), "output": self.path("ok.rgb")})
         self.until("result", "ok")
         self.stop()
@@ -303,7 +310,7 @@ class ProtocolTest(WorkerTestCase):
         ref, outs = self.reference(), []
         for i, seed in enumerate((42, 42, 43)):
             out = self.path("j%d.rgb" % i)
-            self.inp.send({"op": "run", "id": "j%d" % i, "settings": settings(size="16x16", num_inference_steps=1, seed=seed),
+            self.inp.send({"op": "run", "id": "j%d" % i, "settings": settings(size="16x16", num_inference_steps=2, seed=seed),
                            "reference": ref, "output": out})
             self.until("result", "j%d" % i)
             with open(out, "rb") as f:
@@ -631,9 +638,10 @@ print(json.dumps(out))
         self.assertEqual((ev["event"], ev["code"], ev["param"], progress), ("error", "unsupported_value", "size", []))
         ev, _, _ = self.job("e", reference=False)
         self.assertEqual((ev["event"], ev["code"], ev["param"]), ("error", "invalid_request", "reference"))
-        s = settings()
-        del s["negative_prompt"]  # the pinned " " is sent; guidance 1 turns true CFG off: one pass a step
-        ev, data, _ = self.job("f", size="32x48", guidance=1, negative_prompt=None, num_inference_steps=1)
+        ev, _, progress = self.job("e1", num_inference_steps=1)  # the real scheduler would give a NaN image
+        self.assertEqual((ev["event"], ev["code"], ev["param"], progress), ("error", "unsupported_value", "num_inference_steps", []))
+        # No negative prompt (the pinned " " goes in) and guidance 1, which turns true CFG off.
+        ev, data, _ = self.job("f", size="32x48", guidance=1, negative_prompt=None)
         self.assertEqual((ev["event"], ev["width"], ev["height"], len(data)), ("result", 32, 48, 32 * 48 * 3), ev)
         self.assertEqual(ev["actual"]["guidance"], 1.0)
         self.send({"op": "run", "id": "g", "settings": settings(size="48x32", num_inference_steps=500),
