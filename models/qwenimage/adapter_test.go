@@ -113,9 +113,9 @@ func TestAdapterRefusesStepsBelowTheRow(t *testing.T) {
 	assert.Equal(t, "num_inference_steps", got[0].Param)
 }
 
-// TestDocumentedArgvStartsTheAdapter runs the argv docs/GPU.md gives for wiring the row,
-// without its bundle.
-func TestDocumentedArgvStartsTheAdapter(t *testing.T) {
+// TestRowArgvStartsTheAdapter runs the row's worker argv without its bundle.
+func TestRowArgvStartsTheAdapter(t *testing.T) {
 	e := Entries()[0]
-	pyworker.ExpectFatalWithoutBundle(t, []string{"python3", "models/qwenimage/adapter.py", "--bundle-name", e.Bundle}, e.Bundle)
+	require.Equal(t, []string{"python3", "models/qwenimage/adapter.py", "--bundle-name", e.Bundle}, e.Worker)
+	pyworker.ExpectFatalWithoutBundle(t, e.Worker, e.Bundle)
 }
