@@ -1,9 +1,13 @@
 package mediaqual_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"fmt"
+	"image"
+	"image/color"
+	"image/png"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -184,4 +188,49 @@ func TestEditResponseMustCarryOneImage(t *testing.T) {
 		_, err := editImage(rec(body))
 		assert.ErrorContains(t, err, want, body)
 	}
+}
+
+func TestReferenceOutputsAreCompared(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	writePNG := func(path string, shift int) {
+		img := image.NewRGBA(image.Rect(0, 0, 64, 48))
+		for y := range 48 {
+			for x := range 64 {
+				img.SetRGBA(x, y, color.RGBA{uint8((x + shift) * 7), uint8(y*5 + shift*11), uint8((x + y + shift) * 3), 255})
+			}
+		}
+		var b bytes.Buffer
+		require.NoError(t, png.Encode(&b, img))
+		require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
+		require.NoError(t, os.WriteFile(path, b.Bytes(), 0o644))
+	}
+	items := []workItem{{key: "cat-sepia"}, {key: "dog-grey"}}
+	native := map[string]nativeResult{}
+	for i, it := range items {
+		p := filepath.Join(dir, "native", it.key+".png")
+		writePNG(p, i)
+		native[it.key] = nativeResult{path: p}
+	}
+	c := spec.ReferenceOutputs{MinSSIM: 0.85}
+	refs := filepath.Join(dir, "bundle", spec.ReferenceOutputsDir)
+
+	msg, errs := compareReferenceOutputs(ctx, refs, items, native, spec.ImageEdit, c)
+	require.Empty(t, errs)
+	assert.Contains(t, msg, "carries no reference outputs", "absent: said, not passed off as compared")
+
+	writePNG(filepath.Join(refs, "cat-sepia.png"), 0)
+	_, errs = compareReferenceOutputs(ctx, refs, items, native, spec.ImageEdit, c)
+	require.Len(t, errs, 1)
+	assert.ErrorContains(t, errs[0], "check reference-output: dog-grey:", "a partial set names the missing input")
+
+	writePNG(filepath.Join(refs, "dog-grey.png"), 1)
+	msg, errs = compareReferenceOutputs(ctx, refs, items, native, spec.ImageEdit, c)
+	require.Empty(t, errs)
+	assert.Contains(t, msg, "lowest mean SSIM 1.000")
+
+	writePNG(filepath.Join(refs, "dog-grey.png"), 23) // another output for the same input
+	_, errs = compareReferenceOutputs(ctx, refs, items, native, spec.ImageEdit, c)
+	require.Len(t, errs, 1)
+	assert.ErrorContains(t, errs[0], "native dog-grey: check reference-output: mean SSIM")
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"image"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -179,6 +180,13 @@ func (q *qualification) correctness(t *testing.T) (string, error) {
 			}
 		}
 	}
+	refSummary := ""
+	if c := q.entry.ReferenceOutputs; c != nil {
+		dir := filepath.Join(os.Getenv("MEDIAQUAL_BUNDLES"), q.entry.Bundle, spec.ReferenceOutputsDir)
+		var errs []error
+		refSummary, errs = compareReferenceOutputs(q.ctx, dir, items, q.native, q.entry.Workload, *c)
+		failed = append(failed, errs...)
+	}
 	if len(failed) > 0 {
 		return "", errors.Join(failed...)
 	}
@@ -191,7 +199,55 @@ func (q *qualification) correctness(t *testing.T) (string, error) {
 	if goldens != nil {
 		summary += " and equal to the goldens"
 	}
+	if refSummary != "" {
+		summary += "; " + refSummary
+	}
 	return summary, nil
+}
+
+// compareReferenceOutputs holds every native output to the reference output the bundle
+// carries for its input. A bundle without reference outputs is not compared, and the summary
+// says so; one that has them must have one for every pinned input.
+func compareReferenceOutputs(ctx context.Context, dir string, items []workItem, native map[string]nativeResult, w spec.Capability, c spec.ReferenceOutputs) (string, []error) {
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		return "the bundle carries no reference outputs (" + spec.ReferenceOutputsDir + "/): not compared", nil
+	}
+	var errs []error
+	lowest := 1.0
+	for _, it := range items {
+		want, err := decodeAll(ctx, filepath.Join(dir, it.key+extension(w)), w)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("check reference-output: %s: %w", it.key, err))
+			continue
+		}
+		got, err := decodeAll(ctx, native[it.key].path, w)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("native %s: %w", it.key, err))
+			continue
+		}
+		s, err := check.ReferenceOutput(got, want, c)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("native %s: %w", it.key, err))
+			continue
+		}
+		lowest = min(lowest, s)
+	}
+	if len(errs) > 0 {
+		return "", errs
+	}
+	return fmt.Sprintf("every output matches the bundle's reference output (lowest mean SSIM %.3f, at least %.3f)", lowest, c.MinSSIM), nil
+}
+
+// decodeAll decodes a clip's frames, or an image as one frame.
+func decodeAll(ctx context.Context, path string, w spec.Capability) ([]*image.RGBA, error) {
+	if w == spec.TextToVideo {
+		return media.DecodeFrames(ctx, path)
+	}
+	img, err := media.DecodeImage(path)
+	if err != nil {
+		return nil, err
+	}
+	return []*image.RGBA{media.ToRGBA(img)}, nil
 }
 
 // checkGolden compares an output's frame digest with its golden, or records it when update.
@@ -306,18 +362,11 @@ func (q *qualification) validate(t *testing.T, path string, it workItem) error {
 }
 
 func decodedDigests(ctx context.Context, path string, w spec.Capability) ([]string, error) {
-	if w == spec.TextToVideo {
-		frames, err := media.DecodeFrames(ctx, path)
-		if err != nil {
-			return nil, err
-		}
-		return media.FrameDigests(frames), nil
-	}
-	img, err := media.DecodeImage(path)
+	frames, err := decodeAll(ctx, path, w)
 	if err != nil {
 		return nil, err
 	}
-	return media.FrameDigests([]*image.RGBA{media.ToRGBA(img)}), nil
+	return media.FrameDigests(frames), nil
 }
 
 // serve launches mediaserve for this checkpoint, waits for readiness (load is not timed) and

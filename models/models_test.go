@@ -30,12 +30,16 @@ func TestProblemsCatchesIncompleteRows(t *testing.T) {
 	e, err := models.Lookup("ref-t2v")
 	require.NoError(t, err)
 	for name, breakIt := range map[string]func(*spec.Entry){
-		"no revision":         func(e *spec.Entry) { e.Revision = "" },
-		"no contract":         func(e *spec.Entry) { e.Video = nil },
-		"frame rule":          func(e *spec.Entry) { e.Defaults.NumFrames = 16 },
-		"wrong workload":      func(e *spec.Entry) { e.Workload = spec.ImageEdit },
-		"gap without note":    func(e *spec.Entry) { e.Status, e.Note = spec.CapabilityGap, "" },
-		"implemented no task": func(e *spec.Entry) { e.NewTask = nil },
+		"no revision":                           func(e *spec.Entry) { e.Revision = "" },
+		"no contract":                           func(e *spec.Entry) { e.Video = nil },
+		"frame rule":                            func(e *spec.Entry) { e.Defaults.NumFrames = 16 },
+		"wrong workload":                        func(e *spec.Entry) { e.Workload = spec.ImageEdit },
+		"gap without note":                      func(e *spec.Entry) { e.Status, e.Note = spec.CapabilityGap, "" },
+		"implemented no task":                   func(e *spec.Entry) { e.NewTask = nil },
+		"bundle, no reference-output criterion": func(e *spec.Entry) { e.Bundle = "x/y" },
+		"reference-output SSIM above 1": func(e *spec.Entry) {
+			e.Bundle, e.ReferenceOutputs = "x/y", &spec.ReferenceOutputs{MinSSIM: 1.5}
+		},
 	} {
 		broken := e
 		breakIt(&broken)

@@ -115,6 +115,28 @@ func Identity(servedSHA, nativeSHA string, servedFrames, nativeFrames []string) 
 	return nil
 }
 
+// ReferenceOutput compares a native output with the reference output for the same input: the
+// same number of frames at the same size, and a mean luma SSIM of at least c.MinSSIM. It
+// returns the mean SSIM.
+func ReferenceOutput(got, want []*image.RGBA, c spec.ReferenceOutputs) (float64, error) {
+	if len(got) != len(want) || len(got) == 0 {
+		return 0, fail("reference-frames", "%d frames, the reference output has %d", len(got), len(want))
+	}
+	sum := 0.0
+	for i := range got {
+		s, err := media.SSIM(got[i], want[i])
+		if err != nil {
+			return 0, fail("reference-size", "frame %d: %v", i, err)
+		}
+		sum += s
+	}
+	mean := sum / float64(len(got))
+	if mean < c.MinSSIM {
+		return mean, fail("reference-output", "mean SSIM %.3f to the reference output, want at least %.3f", mean, c.MinSSIM)
+	}
+	return mean, nil
+}
+
 // Digest checks a downloaded artifact against the digest the server declared for it.
 func Digest(check, got, declared string) error {
 	if got != declared {

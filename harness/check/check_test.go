@@ -160,3 +160,21 @@ func TestSizeMismatchChecks(t *testing.T) {
 	_, err = check.Influence(pattern(48, 48, 0), pattern(32, 48, 0), pattern(48, 48, 0), pattern(48, 48, 20))
 	failsWith(t, err, "influence-size")
 }
+
+func TestReferenceOutputChecks(t *testing.T) {
+	c := spec.ReferenceOutputs{MinSSIM: 0.85}
+	ref := []*image.RGBA{pattern(64, 48, 0), pattern(64, 48, 3)}
+	s, err := check.ReferenceOutput([]*image.RGBA{pattern(64, 48, 0), pattern(64, 48, 3)}, ref, c)
+	require.NoError(t, err)
+	assert.InDelta(t, 1.0, s, 1e-9)
+
+	// Another picture at the same size and frame count.
+	_, err = check.ReferenceOutput([]*image.RGBA{pattern(64, 48, 17), pattern(64, 48, 29)}, ref, c)
+	failsWith(t, err, "reference-output")
+	_, err = check.ReferenceOutput(ref[:1], ref, c)
+	failsWith(t, err, "reference-frames")
+	_, err = check.ReferenceOutput(nil, nil, c)
+	failsWith(t, err, "reference-frames")
+	_, err = check.ReferenceOutput([]*image.RGBA{pattern(48, 48, 0), pattern(48, 48, 3)}, ref, c)
+	failsWith(t, err, "reference-size")
+}

@@ -46,5 +46,7 @@ func Entries() []spec.Entry {
 		Note:   "native adapter written and unit-tested (tiny real pipeline on CPU), never run on a GPU: the ~351 GB weights do not fit the available device (64 GB disk, 139 GB GPU)",
 		Bundle: "MiniMaxAI/MiniMax-H3", GPU: &spec.GPUNeeds{Count: 1, MemoryGB: 140},
 		Video: &spec.VideoContract{MinMotion: 0.5, MinStdDev: 2}, Fixtures: "t2v-prompts",
+		// As for Wan: bf16 drift across GPUs; a judgment, not yet calibrated on real weights.
+		ReferenceOutputs: &spec.ReferenceOutputs{MinSSIM: 0.85},
 	}}
 }

@@ -88,6 +88,24 @@ type Entry struct {
 	// ExpectGap, for a negative control, is the capability gap the suite must detect: the case
 	// passes when the probe finds exactly this gap.
 	ExpectGap string `json:"expect_gap,omitempty"`
+	// ReferenceOutputs, for a family with a bundle, is how its native outputs must match the
+	// reference outputs the bundle may carry (ReferenceOutputsDir).
+	ReferenceOutputs *ReferenceOutputs `json:"reference_outputs,omitempty"`
+}
+
+// ReferenceOutputsDir is where, inside a bundle, reference outputs live: outputs made elsewhere
+// (the upstream implementation, a trusted earlier run) for the row's pinned fixtures at its
+// pinned settings, one file per fixture input named <input key>.mp4 or .png (prompt-0 ... for
+// prompts, the edit's name for edits). A bundle without the directory is not compared, and the
+// report says so.
+const ReferenceOutputsDir = "mediaqual-reference-outputs"
+
+// ReferenceOutputs is a family's criterion against reference outputs.
+type ReferenceOutputs struct {
+	// MinSSIM is the least mean luma SSIM, frame by frame, between a native output and its
+	// reference output (same frame count and size required). Below 1 because bf16 diffusion
+	// drifts across GPUs and kernels.
+	MinSSIM float64 `json:"min_ssim"`
 }
 
 // Problems lists what an inventory row is missing or gets wrong; a complete row has none.
@@ -120,6 +138,9 @@ func (e Entry) Problems() []string {
 		need(e.Controls.AllowsFPS(e.Defaults.FPS), "pinned fps %d not among its controls", e.Defaults.FPS)
 	case ImageEdit:
 		need(e.Edit != nil, "no edit contract")
+	}
+	if e.Bundle != "" {
+		need(e.ReferenceOutputs != nil && e.ReferenceOutputs.MinSSIM > 0 && e.ReferenceOutputs.MinSSIM <= 1, "a bundle but no reference-output criterion (min SSIM in (0, 1])")
 	}
 	need(e.Controls.AllowsSize(e.Defaults.Size), "pinned size %s not among its controls", e.Defaults.Size)
 	need(e.Controls.Steps.Contains(e.Defaults.Steps), "pinned steps %d outside %s", e.Defaults.Steps, e.Controls.Steps)
