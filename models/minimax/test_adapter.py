@@ -6,7 +6,6 @@ modular pipeline on CPU where torch, diffusers, transformers, accelerate, numpy 
 are installed, and is skipped elsewhere.
 """
 
-import json
 import os
 import sys
 import tempfile
@@ -19,6 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import adapter  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # models/
+from pyworker import testing  # noqa: E402
 from pyworker.testing import WorkerTestCase  # noqa: E402
 
 
@@ -240,38 +240,8 @@ class FakePipe:
         return [[[[((seed + fi) % 5) / 4, 0.0, 0.0]] + rows[0][1:]] + rows[1:] for fi in range(f)]
 
 
-class FakeBackend:
-    precision = "bf16"
+class FakeBackend(testing.FakeBackend):
     geometry = adapter.RELEASED
-
-    def __init__(self, pipe):
-        self.pipe = pipe
-        self.events = []
-
-    def generator(self, seed):
-        return ("generator", seed)
-
-    def call(self, kwargs):
-        self.events.append("call")
-        return self.pipe(**kwargs)
-
-    def synchronize(self):
-        self.events.append("sync")
-
-    def reset_peak(self):
-        self.events.append("reset_peak")
-
-    def peak_memory_mb(self):
-        return 1234.5
-
-    def is_oom(self, exc):
-        return "out of memory" in str(exc)
-
-    def recover(self):
-        self.events.append("recover")
-
-    def ready_info(self):
-        return {"weights": "fake"}
 
 
 SMALL = {"size": "32x32", "num_frames": 124}
@@ -435,12 +405,6 @@ class ConfigTest(unittest.TestCase):
 # The real modular pipeline, tiny, on CPU
 
 
-def _have(*mods):
-    import importlib.util
-
-    return all(importlib.util.find_spec(m) is not None for m in mods)
-
-
 def _byte_level_alphabet():
     """The 256 printable stand-ins a byte-level BPE (GPT-2, Qwen) uses for raw bytes."""
     keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
@@ -510,60 +474,25 @@ def build_tiny_bundle(out):
         f.write("RANDOM weights at tiny sizes (models/minimax/test_adapter.py): mechanics only, never quality.\n")
 
 
-@unittest.skipUnless(_have("torch", "diffusers", "transformers", "accelerate", "numpy", "torchvision"),
+@unittest.skipUnless(testing.have("torch", "diffusers", "transformers", "accelerate", "numpy", "torchvision"),
                      "needs torch, diffusers, transformers, accelerate, numpy and torchvision")
-class TinyPipelineTest(unittest.TestCase):
+class TinyPipelineTest(testing.RealWorkerTestCase):
     """The real path end to end, on CPU: a tiny bundle of the real MiniMax-H3 component classes,
     loaded by adapter.py (a subprocess, as mediaserve runs it) through the real modular pipeline,
     the step hook included, serving jobs over the protocol."""
 
     @classmethod
     def setUpClass(cls):
-        import subprocess
-
         here = os.path.dirname(os.path.abspath(__file__))
         cls.tmp = tempfile.mkdtemp()
         bundle = os.path.join(cls.tmp, "MiniMaxAI", "MiniMax-H3")
         build_tiny_bundle(bundle)
-        cls.proc = subprocess.Popen(
-            [sys.executable, os.path.join(here, "adapter.py"), "--bundle", bundle, "--device", "cpu", "--offload", "none"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1)
-
-    @classmethod
-    def tearDownClass(cls):
-        import shutil
-
-        if cls.proc.poll() is None:
-            cls.proc.kill()
-            cls.proc.wait()
-        cls.proc.stdout.close()
-        shutil.rmtree(cls.tmp, ignore_errors=True)
-
-    def recv(self):
-        line = self.proc.stdout.readline()
-        self.assertTrue(line, "worker closed stdout")
-        return json.loads(line)
-
-    def send(self, obj):
-        self.proc.stdin.write(json.dumps(obj) + "\n")
-        self.proc.stdin.flush()
+        cls.start_worker([sys.executable, os.path.join(here, "adapter.py"), "--bundle", bundle, "--device", "cpu", "--offload", "none"])
 
     def job(self, job_id, cancel_after_first_step=False, **over):
-        out = os.path.join(self.tmp, job_id + ".rgb")
-        open(out, "wb").close()
         s = settings(size="64x32", num_inference_steps=3)
         s.update(over)
-        self.send({"op": "run", "id": job_id, "settings": s, "output": out})
-        progress = []
-        while True:
-            ev = self.recv()
-            if ev["event"] == "progress":
-                progress.append((ev["done"], ev["total"]))
-                if cancel_after_first_step and len(progress) == 1:
-                    self.send({"op": "cancel", "id": job_id})
-                continue
-            with open(out, "rb") as f:
-                return ev, f.read(), progress
+        return self.run_job(job_id, s, cancel_after_first_step=cancel_after_first_step)
 
     def test_protocol_over_the_real_pipeline(self):
         ready = self.recv()

@@ -99,3 +99,98 @@ class WorkerTestCase(unittest.TestCase):
                 continue
             self.assertEqual(ev["event"], event, ev)
             return ev, progress
+
+
+class FakeBackend:
+    """The backend half of a worker (models/pyworker/worker.py) without torch: it runs the
+    family's fake pipeline and records the calls around it. A family subclasses it with its
+    own class attributes (precision, size multiple, ...)."""
+
+    precision = "bf16"
+
+    def __init__(self, pipe):
+        self.pipe = pipe
+        self.events = []
+
+    def generator(self, seed):
+        return ("generator", seed)
+
+    def call(self, kwargs):
+        self.events.append("call")
+        return self.pipe(**kwargs)
+
+    def synchronize(self):
+        self.events.append("sync")
+
+    def reset_peak(self):
+        self.events.append("reset_peak")
+
+    def peak_memory_mb(self):
+        return 1234.5
+
+    def is_oom(self, exc):
+        return "out of memory" in str(exc)
+
+    def recover(self):
+        self.events.append("recover")
+
+    def ready_info(self):
+        return {"weights": "fake"}
+
+
+def have(*mods):
+    """Whether every module is importable (the real-pipeline tests need the GPU host's stack)."""
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) is not None for m in mods)
+
+
+class RealWorkerTestCase(unittest.TestCase):
+    """A family's adapter.py run as a subprocess, as mediaserve runs it, over a real (tiny)
+    bundle. A subclass's setUpClass makes cls.tmp and its bundle, then calls start_worker."""
+
+    @classmethod
+    def start_worker(cls, argv):
+        import subprocess
+
+        cls.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                    text=True, bufsize=1)
+
+    @classmethod
+    def tearDownClass(cls):
+        import shutil
+
+        if cls.proc.poll() is None:
+            cls.proc.kill()
+            cls.proc.wait()
+        cls.proc.stdout.close()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def recv(self):
+        line = self.proc.stdout.readline()
+        self.assertTrue(line, "worker closed stdout")
+        return json.loads(line)
+
+    def send(self, obj):
+        self.proc.stdin.write(json.dumps(obj) + "\n")
+        self.proc.stdin.flush()
+
+    def run_job(self, job_id, settings, reference=None, cancel_after_first_step=False):
+        """Runs one job and returns its terminal event, the output file's bytes and the
+        (done, total) progress seen."""
+        out = os.path.join(self.tmp, job_id + ".rgb")
+        open(out, "wb").close()
+        msg = {"op": "run", "id": job_id, "settings": settings, "output": out}
+        if reference:
+            msg["reference"] = reference
+        self.send(msg)
+        progress = []
+        while True:
+            ev = self.recv()
+            self.assertEqual(ev.get("id"), job_id, ev)
+            if ev["event"] != "progress":
+                with open(out, "rb") as f:
+                    return ev, f.read(), progress
+            progress.append((ev["done"], ev["total"]))
+            if cancel_after_first_step and len(progress) == 1:
+                self.send({"op": "cancel", "id": job_id})

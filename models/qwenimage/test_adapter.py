@@ -24,6 +24,7 @@ sys.path.insert(0, HERE)
 import adapter  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(HERE))  # models/
+from pyworker import testing  # noqa: E402
 from pyworker.testing import WorkerTestCase  # noqa: E402
 import build_l0  # noqa: E402
 
@@ -201,38 +202,14 @@ class FakePipe:
         return [[[[r, (seed % 7) / 6, x / max(w - 1, 1)] for x in range(w)] for _ in range(h)]]
 
 
-class FakeBackend:
-    precision = "bf16"
+class FakeBackend(testing.FakeBackend):
     size_multiple = (16, 16)
-
-    def __init__(self, pipe):
-        self.pipe = pipe
-        self.events = []
 
     def open_reference(self, path):
         return read_png(path)
 
-    def generator(self, seed):
-        return ("generator", seed)
-
-    def call(self, kwargs):
-        self.events.append("call")
-        return self.pipe(**kwargs)
-
-    def synchronize(self):
-        self.events.append("sync")
-
-    def reset_peak(self):
-        self.events.append("reset_peak")
-
     def peak_memory_mb(self):
         return 58000.25
-
-    def is_oom(self, exc):
-        return "out of memory" in str(exc)
-
-    def recover(self):
-        self.events.append("recover")
 
 
 class ProtocolTest(WorkerTestCase):
@@ -514,15 +491,9 @@ class BuildL0Test(unittest.TestCase):
         self.assertIn("TINY", build_l0.marker_text(build_l0.plan(tiny=True), 0, {}))
 
 
-def _have(*mods):
-    import importlib.util
-
-    return all(importlib.util.find_spec(m) is not None for m in mods)
-
-
-@unittest.skipUnless(_have("torch", "diffusers", "transformers", "accelerate", "numpy", "PIL", "torchvision"),
+@unittest.skipUnless(testing.have("torch", "diffusers", "transformers", "accelerate", "numpy", "PIL", "torchvision"),
                      "needs torch, diffusers, transformers, accelerate, numpy, Pillow and torchvision (the GPU host's stack)")
-class TinyPipelineTest(unittest.TestCase):
+class TinyPipelineTest(testing.RealWorkerTestCase):
     """The real path end to end, on CPU: build_l0.py --tiny writes a bundle, adapter.py (a
     subprocess, as mediaserve runs it) loads it with diffusers' QwenImageEditPlusPipeline and
     serves edits over the protocol. Everything heavy runs in subprocesses, so this process never
@@ -538,44 +509,13 @@ class TinyPipelineTest(unittest.TestCase):
         cls.bundle = os.path.join(cls.tmp, build_l0.BUNDLE)
         cls.ref = os.path.join(cls.tmp, "ref.png")
         write_png(cls.ref, 40, 24, alpha=True)
-        cls.proc = subprocess.Popen(
-            [sys.executable, os.path.join(HERE, "adapter.py"), "--bundle", cls.bundle, "--device", "cpu"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1)
+        cls.start_worker([sys.executable, os.path.join(HERE, "adapter.py"), "--bundle", cls.bundle, "--device", "cpu"])
         cls.ready = json.loads(cls.proc.stdout.readline())
 
-    @classmethod
-    def tearDownClass(cls):
-        import shutil
-
-        if cls.proc.poll() is None:
-            cls.proc.kill()
-            cls.proc.wait()
-        cls.proc.stdout.close()
-        shutil.rmtree(cls.tmp, ignore_errors=True)
-
-    def send(self, obj):
-        self.proc.stdin.write(json.dumps(obj) + "\n")
-        self.proc.stdin.flush()
-
     def job(self, job_id, reference=True, **over):
-        out = os.path.join(self.tmp, job_id + ".rgb")
-        open(out, "wb").close()
         s = settings(size="48x32", num_inference_steps=2)
         s.update(over)
-        msg = {"op": "run", "id": job_id, "settings": s, "output": out}
-        if reference:
-            msg["reference"] = self.ref
-        self.send(msg)
-        progress = []
-        while True:
-            line = self.proc.stdout.readline()
-            self.assertTrue(line, "worker closed stdout")
-            ev = json.loads(line)
-            self.assertEqual(ev["id"], job_id)
-            if ev["event"] != "progress":
-                with open(out, "rb") as f:
-                    return ev, f.read(), progress
-            progress.append((ev["done"], ev["total"]))
+        return self.run_job(job_id, s, reference=self.ref if reference else None)
 
     def test_build_matches_the_plan(self):
         p = build_l0.plan(tiny=True)

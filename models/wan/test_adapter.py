@@ -5,7 +5,6 @@ Run from the repository root or from models/wan:  python3 -m unittest -v test_ad
 """
 
 import io
-import json
 import os
 import sys
 import tempfile
@@ -18,6 +17,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import adapter  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # models/
+from pyworker import testing  # noqa: E402
 from pyworker.testing import WorkerTestCase  # noqa: E402
 import build_l0  # noqa: E402
 
@@ -215,39 +215,9 @@ class FakePipe:
                   for x in range(w)] for y in range(h)] for fi in range(f)]
 
 
-class FakeBackend:
-    precision = "bf16"
+class FakeBackend(testing.FakeBackend):
     size_multiple = (16, 16)
     frame_step = 4
-
-    def __init__(self, pipe):
-        self.pipe = pipe
-        self.events = []
-
-    def generator(self, seed):
-        return ("generator", seed)
-
-    def call(self, kwargs):
-        self.events.append("call")
-        return self.pipe(**kwargs)
-
-    def synchronize(self):
-        self.events.append("sync")
-
-    def reset_peak(self):
-        self.events.append("reset_peak")
-
-    def peak_memory_mb(self):
-        return 1234.5
-
-    def is_oom(self, exc):
-        return "out of memory" in str(exc)
-
-    def recover(self):
-        self.events.append("recover")
-
-    def ready_info(self):
-        return {"weights": "fake"}
 
 
 class ProtocolTest(WorkerTestCase):
@@ -500,15 +470,9 @@ class BuildL0Test(unittest.TestCase):
         self.assertIn("never", text.lower())
 
 
-def _have(*mods):
-    import importlib.util
-
-    return all(importlib.util.find_spec(m) is not None for m in mods)
-
-
-@unittest.skipUnless(_have("torch", "diffusers", "transformers", "accelerate", "numpy"),
+@unittest.skipUnless(testing.have("torch", "diffusers", "transformers", "accelerate", "numpy"),
                      "needs torch, diffusers, transformers, accelerate and numpy (the GPU host's stack)")
-class TinyPipelineTest(unittest.TestCase):
+class TinyPipelineTest(testing.RealWorkerTestCase):
     """The real path end to end, on CPU: build_l0.py --tiny writes a bundle, adapter.py (a
     subprocess, as mediaserve runs it) loads it with diffusers and serves jobs over the protocol.
     Skipped where the stack is absent (CI); run it on the GPU host after installing the kit."""
@@ -522,37 +486,13 @@ class TinyPipelineTest(unittest.TestCase):
         subprocess.run([sys.executable, os.path.join(here, "build_l0.py"), "--tiny", "--device", "cpu", "--out", cls.tmp],
                        check=True, stdout=subprocess.DEVNULL)
         bundle = os.path.join(cls.tmp, build_l0.VARIANTS["wan2.1-t2v-1.3b"]["bundle"])
-        cls.proc = subprocess.Popen(
-            [sys.executable, os.path.join(here, "adapter.py"), "--bundle", bundle, "--flow-shift", "3.0", "--device", "cpu"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1)
-
-    @classmethod
-    def tearDownClass(cls):
-        import shutil
-
-        if cls.proc.poll() is None:
-            cls.proc.kill()
-            cls.proc.wait()
-        cls.proc.stdout.close()
-        shutil.rmtree(cls.tmp, ignore_errors=True)
-
-    def recv(self):
-        line = self.proc.stdout.readline()
-        self.assertTrue(line, "worker closed stdout")
-        return json.loads(line)
+        cls.start_worker([sys.executable, os.path.join(here, "adapter.py"), "--bundle", bundle, "--flow-shift", "3.0", "--device", "cpu"])
 
     def job(self, job_id, **over):
-        out = os.path.join(self.tmp, job_id + ".rgb")
-        open(out, "wb").close()
         s = settings(size="64x48", num_frames=5, num_inference_steps=2)
         s.update(over)
-        self.proc.stdin.write(json.dumps({"op": "run", "id": job_id, "settings": s, "output": out}) + "\n")
-        self.proc.stdin.flush()
-        while True:
-            ev = self.recv()
-            if ev["event"] != "progress":
-                with open(out, "rb") as f:
-                    return ev, f.read()
+        ev, data, _ = self.run_job(job_id, s)
+        return ev, data
 
     def test_protocol_over_the_real_pipeline(self):
         ready = self.recv()
