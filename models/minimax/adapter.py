@@ -69,6 +69,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # models/
 
+from pyworker import l0  # noqa: E402
 from pyworker import worker as pw  # noqa: E402
 from pyworker.worker import JobError, parse_size, quantize, rgb24, video_shape  # noqa: E402,F401
 
@@ -339,7 +340,7 @@ class DiffusersBackend(pw.TorchBackend):
             frames_per_chunk=pipe.vae_frames_per_chunk, latents_per_chunk=pipe.vae_latents_per_chunk,
             fps=pipe.fps, min_duration=pipe.min_duration, max_duration=pipe.max_duration,
             canvas_multiple=pipe.canvas_multiple)
-        self.l0_random = os.path.exists(os.path.join(bundle, "L0-RANDOM.txt"))
+        self.l0_random = os.path.exists(os.path.join(bundle, l0.MARKER))
         g = self.geometry
         log("loaded in %.1f s: canvas multiple %d, frames %dn+%d in %d..%d at %d fps%s" % (
             time.perf_counter() - t0, g.canvas_multiple, g.frames_per_chunk, g.latents_per_chunk,

@@ -35,6 +35,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # models/
 
+from pyworker import l0  # noqa: E402
 from pyworker import worker as pw  # noqa: E402
 from pyworker.worker import JobError  # noqa: E402
 
@@ -179,7 +180,7 @@ class DiffusersBackend(pw.TorchBackend):
         if (multiple, multiple) != self.size_multiple:
             raise RuntimeError("the pipeline's size multiple is %d, the adapter assumes %s" % (multiple, self.size_multiple))
         self.pipe = pipe
-        self.l0_random = os.path.exists(os.path.join(bundle, "L0-RANDOM.txt"))
+        self.l0_random = os.path.exists(os.path.join(bundle, l0.MARKER))
         log("loaded in %.1f s%s" % (time.perf_counter() - t0,
             "; L0-RANDOM weights: mechanics, timing and shapes only, never quality" if self.l0_random else ""))
 

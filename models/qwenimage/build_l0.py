@@ -39,10 +39,11 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # models/
 
-# What the Wan builder already defines and this one shares: the init scale, the linear-layer
-# parameter count, the Wan2.1 VAE latent statistics (the Qwen-Image VAE's config carries the very
-# same numbers) and the prompt word list the tokenizer is trained on.
-from wan.build_l0 import BASE_WORDS, INIT_STD, WAN21_LATENTS_MEAN, WAN21_LATENTS_STD, linear_params  # noqa: E402
+from pyworker import l0  # noqa: E402
+from pyworker.l0 import BASE_WORDS, INIT_STD, linear_params  # noqa: E402
+
+# The Qwen-Image VAE is Wan2.1's: its config carries the very same latent statistics.
+from wan.build_l0 import WAN21_LATENTS_MEAN, WAN21_LATENTS_STD  # noqa: E402
 
 CHECKPOINT = "Qwen/Qwen-Image-Edit-2511"
 BUNDLE = "Qwen/Qwen-Image-Edit-2511"  # the inventory row's Bundle (models/qwenimage/qwenimage.go)
@@ -353,18 +354,9 @@ def plan(tiny=False):
 
 
 def marker_text(p, seed, sizes):
-    lines = [
-        "L0-RANDOM: this bundle holds RANDOM weights, not %s." % p["checkpoint"],
-        "The architecture and configs are the real ones%s; transformer and text encoder N(0, %g), VAE default init, seed %d." % (
-            " (TINY dims)" if p["tiny"] else "", INIT_STD, seed),
-        "The tokenizer is a small byte-level BPE made in code, with the real special-token ids.",
-        "Use it for mechanics, timing, memory and shapes only, never for quality: its edits are noise,",
-        "and no qualification status past `implemented` may rest on it.",
-        "Built by models/qwenimage/build_l0.py (mediaqual).",
-        "",
-        "parameters: %s" % json.dumps(sizes, sort_keys=True),
-    ]
-    return "\n".join(lines) + "\n"
+    return l0.marker_text(p["checkpoint"], "models/qwenimage/build_l0.py", p["tiny"], seed,
+                          "transformer and text encoder N(0, %g), VAE default init" % INIT_STD, sizes,
+                          notes=["The tokenizer is a small byte-level BPE made in code, with the real special-token ids."])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -551,7 +543,7 @@ def build(p, out_root, seed=0, device="cuda"):
         sum(report["bytes"][k] for k in ("tokenizer", "processor", "scheduler")) / 1e6,
         report["seconds"]["tokenizer+processor+scheduler"]), flush=True)
 
-    with open(os.path.join(out_dir, "L0-RANDOM.txt"), "w") as f:
+    with open(os.path.join(out_dir, l0.MARKER), "w") as f:
         f.write(marker_text(p, seed, report["params"]))
     report["disk_bytes"] = dir_bytes(out_dir)
     report["seconds"]["total"] = round(time.perf_counter() - t_all, 2)

@@ -27,7 +27,10 @@ import os
 import sys
 import time
 
-INIT_STD = 0.02
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # models/
+
+from pyworker import l0  # noqa: E402
+from pyworker.l0 import BASE_WORDS, INIT_STD, linear_params  # noqa: E402,F401
 
 # ---------------------------------------------------------------------------------------------
 # Configurations (pure)
@@ -197,23 +200,6 @@ VARIANTS = {
 }
 
 SPECIAL_TOKENS = ["<pad>", "</s>", "<unk>"]  # ids 0, 1, 2 as in T5/UMT5
-BASE_WORDS = (
-    "a an the of in on at to with and or for from by over under into through across near above below "
-    "is are was were be being has have its their his her it they he she we you this that these those "
-    "red orange yellow green blue purple pink brown black white gray grey golden silver bright dark "
-    "light small large big tiny huge old young new slow fast quiet loud soft warm cold wet dry "
-    "cat dog fox bird fish horse cow sheep bear wolf rabbit deer lion tiger elephant whale dolphin "
-    "man woman child person people boy girl astronaut robot car train boat ship plane bicycle "
-    "tree forest flower grass field mountain river lake sea ocean beach wave sky cloud sun moon star "
-    "rain snow wind fire smoke water ice city street road bridge house building window door room "
-    "table chair cup ball book lamp candle clock camera screen light shadow night day morning evening "
-    "walks runs jumps flies swims bounces rolls falls rises spins turns moves dances sings plays "
-    "sits stands looks waves floats drifts glows flickers shines burns melts grows opens closes "
-    "slowly quickly gently camera pan zoom close up wide shot view scene background foreground "
-    "cinematic realistic photo video style detailed high quality motion time lapse aerial "
-    "one two three four five many some all every each "
-    ". , ! ? ' \" - : ; ( )"
-).split()
 
 
 def tokenizer_vocab():
@@ -226,10 +212,6 @@ def tokenizer_vocab():
             seen.add(w)
             vocab.append(w)
     return vocab
-
-
-def linear_params(i, o, bias=True):
-    return i * o + (o if bias else 0)
 
 
 def estimate_umt5_params(cfg):
@@ -278,17 +260,8 @@ def plan(variant, tiny=False):
 
 
 def marker_text(p, seed, sizes):
-    lines = [
-        "L0-RANDOM: this bundle holds RANDOM weights, not %s." % p["checkpoint"],
-        "The architecture and configs are the real ones%s; text encoder and transformer N(0, %g), VAE default init, seed %d." % (
-            " (TINY dims)" if p["tiny"] else "", INIT_STD, seed),
-        "Use it for mechanics, timing, memory and shapes only, never for quality: its frames are noise,",
-        "and no qualification status past `implemented` may rest on it.",
-        "Built by models/wan/build_l0.py (mediaqual).",
-        "",
-        "parameters: %s" % json.dumps(sizes, sort_keys=True),
-    ]
-    return "\n".join(lines) + "\n"
+    return l0.marker_text(p["checkpoint"], "models/wan/build_l0.py", p["tiny"], seed,
+                          "text encoder and transformer N(0, %g), VAE default init" % INIT_STD, sizes)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -364,7 +337,7 @@ def build(p, out_root, seed=0, device="cuda"):
     pipe.to("cpu")  # safetensors writes from host memory
     pipe.save_pretrained(out_dir, safe_serialization=True)
     timings["save_s"] = round(time.perf_counter() - t0, 2)
-    with open(os.path.join(out_dir, "L0-RANDOM.txt"), "w") as f:
+    with open(os.path.join(out_dir, l0.MARKER), "w") as f:
         f.write(marker_text(p, seed, sizes))
     timings["total_s"] = round(time.perf_counter() - t_all, 2)
     disk = 0
