@@ -247,12 +247,12 @@ class FakeBackend(testing.FakeBackend):
 SMALL = {"size": "32x32", "num_frames": 124}
 
 
-class ProtocolTest(WorkerTestCase):
+class ProtocolTest(WorkerTestCase, testing.ProtocolContract):
     adapter = adapter
     fake_pipe = FakePipe
     fake_backend = FakeBackend
 
-    def run_job(self, job_id, **over):
+    def submit(self, job_id, **over):
         out = self.path(job_id + ".rgb")
         self.inp.send({"op": "run", "id": job_id, "settings": settings(**dict(SMALL, **over)), "output": out})
         return out
@@ -263,7 +263,7 @@ class ProtocolTest(WorkerTestCase):
         ready = self.out.next_event()
         self.assertEqual((ready["event"], ready["precision"], ready["pid"], ready["weights"]),
                          ("ready", "bf16", os.getpid(), "fake"))
-        out = self.run_job("job-1", size="64x32", num_inference_steps=4)
+        out = self.submit("job-1", size="64x32", num_inference_steps=4)
         res, progress = self.until("result", "job-1")
         # 4 steps are 3 iterations; progress counts grid points reached, ending at 4 of 4.
         self.assertEqual([(p["done"], p["total"]) for p in progress], [(2, 4), (3, 4), (4, 4)])
@@ -284,7 +284,7 @@ class ProtocolTest(WorkerTestCase):
         self.out.next_event()
         outs = []
         for i, seed in enumerate((42, 42, 43)):
-            out = self.run_job("j%d" % i, num_inference_steps=2, seed=seed)
+            out = self.submit("j%d" % i, num_inference_steps=2, seed=seed)
             self.until("result", "j%d" % i)
             with open(out, "rb") as f:
                 outs.append(f.read())
@@ -298,19 +298,19 @@ class ProtocolTest(WorkerTestCase):
         for job_id, over, param in (("f", {"num_frames": 120}, "num_frames"), ("s", {"size": "48x32"}, "size"),
                                     ("g", {"guidance": 5}, "guidance"), ("r", {"fps": 16}, "fps"),
                                     ("n", {"num_inference_steps": 1}, "num_inference_steps")):
-            out = self.run_job(job_id, **over)
+            out = self.submit(job_id, **over)
             err, progress = self.until("error", job_id)
             self.assertEqual((err["code"], err["param"], progress), ("unsupported_value", param, []))
             self.assertEqual(os.path.getsize(out), 0)
         self.assertEqual(self.pipe.calls, [], "the pipeline never ran")
-        self.run_job("ok", num_inference_steps=2)
+        self.submit("ok", num_inference_steps=2)
         self.until("result", "ok")
         self.stop()
 
     def test_cancel_between_steps(self):
         self.start(pipe=FakePipe(step_delay=0.02))
         self.out.next_event()
-        self.run_job("long", num_inference_steps=200)
+        self.submit("long", num_inference_steps=200)
         first = self.out.next_event()
         self.assertEqual((first["event"], first["done"]), ("progress", 2))
         self.inp.send({"op": "cancel", "id": "long"})
@@ -319,55 +319,11 @@ class ProtocolTest(WorkerTestCase):
         self.assertLess(len(progress) + 1, 199, "stopped early")
         self.assertRegex(err["message"], r"cancelled at step \d+ of 200")
         self.inp.send({"op": "cancel", "id": "long"})  # late: ignored
-        self.run_job("next", num_inference_steps=2)
+        self.submit("next", num_inference_steps=2)
         res, _ = self.until("result", "next")
         self.assertEqual(res["frames"], 124)
         self.stop()
 
-    def test_cancel_of_a_queued_job(self):
-        self.start(pipe=FakePipe(step_delay=0.01))
-        self.out.next_event()
-        self.run_job("a", num_inference_steps=10)
-        self.run_job("b", num_inference_steps=10)
-        self.inp.send({"op": "cancel", "id": "b"})
-        self.until("result", "a")
-        err, progress = self.until("error", "b")
-        self.assertEqual((err["code"], progress), ("cancelled", []))
-        self.stop()
-
-    def test_eof_drops_the_running_job_and_exits_0(self):
-        self.start(pipe=FakePipe(step_delay=0.02))
-        self.out.next_event()
-        self.run_job("x", num_inference_steps=500)
-        self.assertTrue(self.pipe.started.wait(5))
-        t0 = time.time()
-        self.stop()
-        self.assertLess(time.time() - t0, 3)
-
-    def test_pipeline_failures(self):
-        self.start(pipe=FakePipe(fail=RuntimeError("CUDA out of memory. Tried to allocate 2 GiB")))
-        self.out.next_event()
-        self.run_job("m")
-        err, _ = self.until("error", "m")
-        self.assertEqual(err["code"], "out_of_memory")
-        self.assertIn("recover", self.backend.events)
-        self.pipe.fail = ValueError("boom")
-        self.run_job("v")
-        err, _ = self.until("error", "v")
-        self.assertEqual(err["code"], "pipeline_error")
-        self.assertIn("boom", err["message"])
-        self.stop()
-
-    def test_load_failure_is_fatal(self):
-        def load():
-            raise RuntimeError("no diffusers modular bundle at '/nowhere'")
-
-        self.start(load=load)
-        ev = self.out.next_event()
-        self.assertEqual(ev["event"], "fatal")
-        self.assertIn("/nowhere", ev["message"])
-        self.thread.join(5)
-        self.assertEqual(self.rc, [1])
 
 
 class ConfigTest(unittest.TestCase):

@@ -194,3 +194,78 @@ class RealWorkerTestCase(unittest.TestCase):
             progress.append((ev["done"], ev["total"]))
             if cancel_after_first_step and len(progress) == 1:
                 self.send({"op": "cancel", "id": job_id})
+
+
+class ProtocolContract:
+    """The protocol behaviour every family's worker shares, run against the family's fakes. Mix
+    it into the family's ProtocolTest(WorkerTestCase) and define submit(job_id, **overrides),
+    which sends one small valid run (settings overridden by overrides) and returns its output
+    path. The family's FakePipe takes step_delay and fail, and sets .started when called."""
+
+    def submit(self, job_id, **over):
+        raise NotImplementedError
+
+    def test_load_failure_is_fatal(self):
+        def load():
+            raise RuntimeError("no diffusers bundle at '/nowhere'")
+
+        self.start(load=load)
+        ev = self.out.next_event()
+        self.assertEqual(ev["event"], "fatal")
+        self.assertIn("/nowhere", ev["message"])
+        self.thread.join(5)
+        self.assertEqual(self.rc, [1])
+
+    def test_cancel_of_a_queued_job(self):
+        self.start(pipe=self.fake_pipe(step_delay=0.01))
+        self.out.next_event()
+        self.submit("a", num_inference_steps=10)
+        self.submit("b", num_inference_steps=10)
+        self.inp.send({"op": "cancel", "id": "b"})
+        self.until("result", "a")
+        err, progress = self.until("error", "b")
+        self.assertEqual((err["code"], progress), ("cancelled", []))
+        self.stop()
+
+    def test_eof_drops_the_running_job_and_exits_0(self):
+        self.start(pipe=self.fake_pipe(step_delay=0.02))
+        self.out.next_event()
+        self.submit("x", num_inference_steps=500)
+        self.assertTrue(self.pipe.started.wait(5))
+        t0 = time.time()
+        self.stop()
+        self.assertLess(time.time() - t0, 3)
+
+    def test_pipeline_failures(self):
+        self.start(pipe=self.fake_pipe(fail=RuntimeError("CUDA out of memory. Tried to allocate 2 GiB")))
+        self.out.next_event()
+        self.submit("m")
+        err, _ = self.until("error", "m")
+        self.assertEqual(err["code"], "out_of_memory")
+        self.assertIn("recover", self.backend.events)
+        self.pipe.fail = ValueError("boom")
+        self.submit("v")
+        err, _ = self.until("error", "v")
+        self.assertEqual(err["code"], "pipeline_error")
+        self.assertIn("boom", err["message"])
+        self.stop()
+
+    def test_junk_lines_are_ignored(self):
+        self.start()
+        self.out.next_event()
+        for junk in ("not json", "[1,2]", '{"op":"run"}', '{"op":"dance","id":"z"}', '{"op":"cancel","id":"nobody"}'):
+            self.inp.send(junk)
+        self.submit("r")
+        self.until("result", "r")
+        self.stop()
+
+    def test_missing_output_and_bad_settings(self):
+        self.start()
+        self.out.next_event()
+        self.inp.send({"op": "run", "id": "o", "settings": {"prompt": "p"}})
+        err, _ = self.until("error", "o")
+        self.assertEqual(err["code"], "invalid_request")
+        self.inp.send({"op": "run", "id": "s", "settings": "nope", "output": self.path("s.rgb")})
+        err, _ = self.until("error", "s")
+        self.assertEqual(err["code"], "invalid_request")
+        self.stop()

@@ -14,6 +14,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 import zlib
@@ -182,14 +183,19 @@ class FakePipe:
     """Stands in for QwenImageEditPlusPipeline: one callback per step, then one image whose
     pixels depend on the reference's colour and the seed."""
 
-    def __init__(self, step_delay=0.0):
+    def __init__(self, step_delay=0.0, fail=None):
         self.calls = []
         self.step_delay = step_delay
+        self.fail = fail
         self._interrupt = False
+        self.started = threading.Event()
 
     def __call__(self, **kw):
         self.calls.append(kw)
         self._interrupt = False
+        self.started.set()
+        if self.fail:
+            raise self.fail
         for i in range(kw["num_inference_steps"]):
             if self._interrupt:
                 continue
@@ -212,10 +218,18 @@ class FakeBackend(testing.FakeBackend):
         return 58000.25
 
 
-class ProtocolTest(WorkerTestCase):
+class ProtocolTest(WorkerTestCase, testing.ProtocolContract):
     adapter = adapter
     fake_pipe = FakePipe
     fake_backend = FakeBackend
+
+    def submit(self, job_id, **over):
+        out = self.path(job_id + ".rgb")
+        s = settings(size="16x16", num_inference_steps=2)
+        s.update(over)
+        ref = self.reference(name=job_id + "-ref.png")  # its own file: the worker may still be reading another job's
+        self.inp.send({"op": "run", "id": job_id, "settings": s, "reference": ref, "output": out})
+        return out
 
     def reference(self, name="ref.png", w=20, h=12):
         p = self.path(name, create=False)
@@ -309,29 +323,6 @@ class ProtocolTest(WorkerTestCase):
         self.assertLess(len(progress) + 1, 200)
         self.stop()
 
-    def test_out_of_memory(self):
-        class OOMPipe(FakePipe):
-            def __call__(self, **kw):
-                raise RuntimeError("CUDA out of memory. Tried to allocate 8 GiB")
-
-        self.start(pipe=OOMPipe())
-        self.out.next_event()
-        self.inp.send({"op": "run", "id": "m", "settings": settings(size="16x16"), "reference": self.reference(), "output": self.path("m.rgb")})
-        err, _ = self.until("error", "m")
-        self.assertEqual(err["code"], "out_of_memory")
-        self.assertIn("recover", self.backend.events)
-        self.stop()
-
-    def test_load_failure_is_fatal(self):
-        def load():
-            raise RuntimeError("no diffusers bundle at '/nowhere'")
-
-        self.start(load=load)
-        ev = self.out.next_event()
-        self.assertEqual(ev["event"], "fatal")
-        self.assertIn("/nowhere", ev["message"])
-        self.thread.join(5)
-        self.assertEqual(self.rc, [1])
 
 
 class ConfigTest(unittest.TestCase):

@@ -220,10 +220,17 @@ class FakeBackend(testing.FakeBackend):
     frame_step = 4
 
 
-class ProtocolTest(WorkerTestCase):
+class ProtocolTest(WorkerTestCase, testing.ProtocolContract):
     adapter = adapter
     fake_pipe = FakePipe
     fake_backend = FakeBackend
+
+    def submit(self, job_id, **over):
+        out = self.path(job_id + ".rgb")
+        s = settings(size="16x16", num_frames=5, num_inference_steps=2)
+        s.update(over)
+        self.inp.send({"op": "run", "id": job_id, "settings": s, "output": out})
+        return out
 
     def test_ready_run_result(self):
         ticks = iter([10.0, 10.5])
@@ -296,61 +303,6 @@ class ProtocolTest(WorkerTestCase):
         self.assertEqual(res["frames"], 5)
         self.stop()
 
-    def test_cancel_of_a_queued_job(self):
-        self.start(pipe=FakePipe(step_delay=0.01))
-        self.out.next_event()
-        self.inp.send({"op": "run", "id": "a", "settings": settings(size="16x16", num_frames=5, num_inference_steps=20), "output": self.path("a.rgb")})
-        self.inp.send({"op": "run", "id": "b", "settings": settings(size="16x16", num_frames=5, num_inference_steps=20), "output": self.path("b.rgb")})
-        self.inp.send({"op": "cancel", "id": "b"})
-        self.until("result", "a")
-        err, progress = self.until("error", "b")
-        self.assertEqual((err["code"], progress), ("cancelled", []))
-        self.stop()
-
-    def test_eof_drops_the_running_job_and_exits_0(self):
-        self.start(pipe=FakePipe(step_delay=0.02))
-        self.out.next_event()
-        self.inp.send({"op": "run", "id": "x", "settings": settings(size="16x16", num_frames=5, num_inference_steps=500), "output": self.path("x.rgb")})
-        self.assertTrue(self.pipe.started.wait(5))
-        t0 = time.time()
-        self.stop()
-        self.assertLess(time.time() - t0, 3)
-
-    def test_junk_lines_are_ignored(self):
-        self.start()
-        self.out.next_event()
-        for junk in ("not json", "[1,2]", '{"op":"run"}', '{"op":"dance","id":"z"}', '{"op":"cancel","id":"nobody"}'):
-            self.inp.send(junk)
-        self.inp.send({"op": "run", "id": "r", "settings": settings(size="16x16", num_frames=1, num_inference_steps=1), "output": self.path("r.rgb")})
-        res, _ = self.until("result", "r")
-        self.assertEqual(res["frames"], 1)
-        self.stop()
-
-    def test_missing_output_and_bad_settings(self):
-        self.start()
-        self.out.next_event()
-        self.inp.send({"op": "run", "id": "o", "settings": settings()})
-        err, _ = self.until("error", "o")
-        self.assertEqual(err["code"], "invalid_request")
-        self.inp.send({"op": "run", "id": "s", "settings": "nope", "output": self.path("s.rgb")})
-        err, _ = self.until("error", "s")
-        self.assertEqual(err["code"], "invalid_request")
-        self.stop()
-
-    def test_pipeline_failures(self):
-        self.start(pipe=FakePipe(fail=RuntimeError("CUDA out of memory. Tried to allocate 2 GiB")))
-        self.out.next_event()
-        self.inp.send({"op": "run", "id": "m", "settings": settings(), "output": self.path("m.rgb")})
-        err, _ = self.until("error", "m")
-        self.assertEqual(err["code"], "out_of_memory")
-        self.assertIn("recover", self.backend.events)
-        self.pipe.fail = ValueError("boom")
-        self.inp.send({"op": "run", "id": "v", "settings": settings(), "output": self.path("v.rgb")})
-        err, _ = self.until("error", "v")
-        self.assertEqual(err["code"], "pipeline_error")
-        self.assertIn("boom", err["message"])
-        self.stop()
-
     def test_non_finite_frames(self):
         class NaNPipe(FakePipe):
             def __call__(self, **kw):
@@ -363,16 +315,6 @@ class ProtocolTest(WorkerTestCase):
         self.assertEqual(err["code"], "non_finite_output")
         self.stop()
 
-    def test_load_failure_is_fatal(self):
-        def load():
-            raise RuntimeError("no diffusers bundle at '/nowhere'")
-
-        self.start(load=load)
-        ev = self.out.next_event()
-        self.assertEqual(ev["event"], "fatal")
-        self.assertIn("/nowhere", ev["message"])
-        self.thread.join(5)
-        self.assertEqual(self.rc, [1])
 
 
 class ConfigTest(unittest.TestCase):
