@@ -69,7 +69,6 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # models/
 
-from pyworker import l0  # noqa: E402
 from pyworker import worker as pw  # noqa: E402
 from pyworker.worker import JobError, parse_size, quantize, rgb24, video_shape  # noqa: E402,F401
 
@@ -298,13 +297,9 @@ class DiffusersBackend(pw.TorchBackend):
         self.cfg = cfg
         bundle = cfg.bundle
         require_modular_bundle(bundle)
-        torch = self.setup(cfg.device)
-        import importlib.util
-
         # transformers 5.17's Qwen3VLProcessor (the processor/ component) is built on a
         # torchvision-backed video processor: without torchvision it fails to load.
-        if importlib.util.find_spec("torchvision") is None:
-            raise RuntimeError("python module 'torchvision' is not installed: MiniMax-H3's Qwen3VLProcessor needs it")
+        torch = self.setup(cfg.device, needs=[("torchvision", "MiniMax-H3's Qwen3VLProcessor needs it")])
         if cfg.offload == "auto" and not self.cuda:
             raise RuntimeError("--offload auto needs a CUDA device, got %s; use --offload none" % self.device)
         from diffusers import ComponentsManager
@@ -340,12 +335,10 @@ class DiffusersBackend(pw.TorchBackend):
             frames_per_chunk=pipe.vae_frames_per_chunk, latents_per_chunk=pipe.vae_latents_per_chunk,
             fps=pipe.fps, min_duration=pipe.min_duration, max_duration=pipe.max_duration,
             canvas_multiple=pipe.canvas_multiple)
-        self.l0_random = os.path.exists(os.path.join(bundle, l0.MARKER))
         g = self.geometry
         log("loaded in %.1f s: canvas multiple %d, frames %dn+%d in %d..%d at %d fps%s" % (
             time.perf_counter() - t0, g.canvas_multiple, g.frames_per_chunk, g.latents_per_chunk,
-            *g.frame_range(), g.fps,
-            "; L0-RANDOM weights: mechanics, timing and shapes only, never quality" if self.l0_random else ""))
+            *g.frame_range(), g.fps, self.note_weights(bundle)))
         if cfg.warmup_steps > 0:
             self.warmup(cfg.warmup_steps)
 
@@ -363,9 +356,6 @@ class DiffusersBackend(pw.TorchBackend):
         with self.torch.inference_mode():
             videos = self.pipe(**kwargs, output="videos")
         return videos[0]
-
-    def ready_info(self):
-        return {"weights": "L0-random" if self.l0_random else "bundle"}
 
 
 # --------------------------------------------------------------------------------------------

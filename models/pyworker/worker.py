@@ -30,6 +30,8 @@ import sys
 import threading
 import time
 
+from . import l0
+
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
@@ -297,8 +299,9 @@ class TorchBackend:
     generators, CUDA sync and peak memory, OOM recovery. A subclass calls setup() first in
     its __init__ (after checking the bundle) and supplies pipe and call(kwargs)."""
 
-    def setup(self, device):
-        """Check the Python stack and import torch; returns the torch module."""
+    def setup(self, device, needs=()):
+        """Check the Python stack (plus the family's own needs: (module, why) pairs) and import
+        torch; returns the torch module."""
         # Deterministic cuBLAS needs this before CUDA initialises; it only fixes the workspace.
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the bundle is local; never reach a hub
@@ -310,6 +313,9 @@ class TorchBackend:
             # which it refuses for models with fp32-kept modules in a bf16 load.
             if importlib.util.find_spec(mod) is None:
                 raise RuntimeError("python module %r is not installed (see docs/GPU.md for the device kit)" % mod)
+        for mod, why in needs:
+            if importlib.util.find_spec(mod) is None:
+                raise RuntimeError("python module %r is not installed: %s" % (mod, why))
         import diffusers
         import torch
         import transformers
@@ -330,6 +336,15 @@ class TorchBackend:
                 raise RuntimeError("CUDA is not available (CUDA_VISIBLE_DEVICES=%r)" % os.environ.get("CUDA_VISIBLE_DEVICES"))
             torch.cuda.set_device(self.device)
         return torch
+
+    def note_weights(self, bundle):
+        """Records whether the bundle is L0-random (models/pyworker/l0.py's marker) and returns
+        the note the load log line ends with."""
+        self.l0_random = os.path.exists(os.path.join(bundle, l0.MARKER))
+        return "; L0-RANDOM weights: mechanics, timing and shapes only, never quality" if self.l0_random else ""
+
+    def ready_info(self):
+        return {"weights": "L0-random" if self.l0_random else "bundle"}
 
     def generator(self, seed):
         return self.torch.Generator(device=self.device).manual_seed(seed)

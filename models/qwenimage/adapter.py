@@ -35,7 +35,6 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # models/
 
-from pyworker import l0  # noqa: E402
 from pyworker import worker as pw  # noqa: E402
 from pyworker.worker import JobError  # noqa: E402
 
@@ -157,14 +156,10 @@ class DiffusersBackend(pw.TorchBackend):
         self.cfg = cfg
         bundle = cfg.bundle
         pw.require_bundle(bundle)
-        torch = self.setup(cfg.device)
-        import importlib.util
-
         # transformers 5's Qwen2VLProcessor (the bundle's processor/) cannot be built without its
         # video processor, and that (like its image processor) needs torchvision: without it
         # from_pretrained fails only once it reaches processor/. Say so before loading anything.
-        if importlib.util.find_spec("torchvision") is None:
-            raise RuntimeError("python module 'torchvision' is not installed (transformers' Qwen2VLProcessor needs it)")
+        torch = self.setup(cfg.device, needs=[("torchvision", "transformers' Qwen2VLProcessor needs it")])
         from diffusers import QwenImageEditPlusPipeline
 
         log("loading %s on %s (CUDA_VISIBLE_DEVICES=%r)" % (bundle, self.device, os.environ.get("CUDA_VISIBLE_DEVICES")))
@@ -180,9 +175,7 @@ class DiffusersBackend(pw.TorchBackend):
         if (multiple, multiple) != self.size_multiple:
             raise RuntimeError("the pipeline's size multiple is %d, the adapter assumes %s" % (multiple, self.size_multiple))
         self.pipe = pipe
-        self.l0_random = os.path.exists(os.path.join(bundle, l0.MARKER))
-        log("loaded in %.1f s%s" % (time.perf_counter() - t0,
-            "; L0-RANDOM weights: mechanics, timing and shapes only, never quality" if self.l0_random else ""))
+        log("loaded in %.1f s%s" % (time.perf_counter() - t0, self.note_weights(bundle)))
 
     def open_reference(self, path):
         from PIL import Image
@@ -195,9 +188,6 @@ class DiffusersBackend(pw.TorchBackend):
         with self.torch.inference_mode():
             out = self.pipe(**kwargs)
         return out.images[:1]  # output_type="np": (num_images, H, W, 3)
-
-    def ready_info(self):
-        return {"weights": "L0-random" if self.l0_random else "bundle"}
 
 
 # --------------------------------------------------------------------------------------------

@@ -36,7 +36,6 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # models/
 
-from pyworker import l0  # noqa: E402
 from pyworker import worker as pw  # noqa: E402
 from pyworker.worker import JobError, parse_size, quantize, rgb24, video_shape  # noqa: E402,F401
 
@@ -161,10 +160,8 @@ class DiffusersBackend(pw.TorchBackend):
         spatial = pipe.vae_scale_factor_spatial
         self.size_multiple = (spatial * patch[1], spatial * patch[2])
         self.frame_step = pipe.vae_scale_factor_temporal
-        self.l0_random = os.path.exists(os.path.join(bundle, l0.MARKER))
         log("loaded in %.1f s: size multiple %s, frames %dk+1%s" % (
-            time.perf_counter() - t0, self.size_multiple, self.frame_step,
-            "; L0-RANDOM weights: mechanics, timing and shapes only, never quality" if self.l0_random else ""))
+            time.perf_counter() - t0, self.size_multiple, self.frame_step, self.note_weights(bundle)))
         if cfg.warmup_steps > 0:
             self.warmup(cfg.warmup_steps)
 
@@ -182,9 +179,6 @@ class DiffusersBackend(pw.TorchBackend):
         with self.torch.inference_mode():
             out = self.pipe(**kwargs)
         return out.frames[0]
-
-    def ready_info(self):
-        return {"weights": "L0-random" if self.l0_random else "bundle"}
 
 
 # --------------------------------------------------------------------------------------------
