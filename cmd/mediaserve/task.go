@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"flag"
@@ -11,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"mediaqual/internal/jsonl"
 	"mediaqual/models/spec"
 	"mediaqual/server"
 )
@@ -95,32 +95,14 @@ func runTask(args []string, log *slog.Logger) error {
 }
 
 func readBatch(path string) ([]taskJob, error) {
-	f, err := os.Open(path)
+	jobs, err := jsonl.ReadStrict[taskJob](path)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	var jobs []taskJob
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20)
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" {
-			continue
-		}
-		var j taskJob
-		dec := json.NewDecoder(strings.NewReader(line))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&j); err != nil {
-			return nil, fmt.Errorf("%s:%d: %w", path, n, err)
-		}
+	for n, j := range jobs {
 		if j.Out == "" {
-			return nil, fmt.Errorf(`%s:%d: "out" is required`, path, n)
+			return nil, fmt.Errorf(`%s: job %d: "out" is required`, path, n+1)
 		}
-		jobs = append(jobs, j)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	if len(jobs) == 0 {
 		return nil, fmt.Errorf("%s: no jobs", path)

@@ -59,7 +59,7 @@ func TestTaskBatchErrorsNameTheProblem(t *testing.T) {
 		"with -set":     {[]string{"-batch", write(`{"out": "x"}`), "-set", "seed=1"}, "-batch replaces -out, -reference and -set"},
 		"missing file":  {[]string{"-batch", filepath.Join(dir, "nope.jsonl")}, "nope.jsonl"},
 		"empty":         {[]string{"-batch", write("\n")}, "no jobs"},
-		"not json":      {[]string{"-batch", write("{\"out\": \"x\"}\nout=y\n")}, "batch.jsonl:2:"},
+		"not json":      {[]string{"-batch", write("{\"out\": \"x\"}\nout=y\n")}, "batch.jsonl line 2:"},
 		"unknown key":   {[]string{"-batch", write(`{"out": "x", "feilds": {}}`)}, `unknown field "feilds"`},
 		"no out":        {[]string{"-batch", write(`{"fields": {}}`)}, `"out" is required`},
 		"a failing job": {[]string{"-batch", write(`{"out": "` + filepath.Join(dir, "ok") + `", "fields": {"prompt": "p"}}` + "\n" + `{"out": "` + filepath.Join(dir, "bad") + `", "fields": {"prompt": "p", "num_frames": "18"}}`)}, "batch job 2 (out " + filepath.Join(dir, "bad") + "): unsupported_value: ref-t2v cannot produce 18 frames"},

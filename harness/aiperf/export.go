@@ -7,7 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"mediaqual/harness/jsonl"
+	"mediaqual/internal/jsonl"
 )
 
 // Phases of a record.

@@ -3,7 +3,7 @@
 package ledger
 
 import (
-	"mediaqual/harness/jsonl"
+	"mediaqual/internal/jsonl"
 	"mediaqual/server"
 )
 
