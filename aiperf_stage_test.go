@@ -44,6 +44,7 @@ type servedRequest struct {
 	raw       aiperf.RawRecord
 	path      string // the fetched artifact
 	sha256    string
+	decoded   []string // digests of its decoded frames
 }
 
 var (

@@ -167,25 +167,26 @@ func (q *qualification) correctness(t *testing.T) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	refs := q.referenceOutputs()
 	var failed []error
 	for _, it := range items {
 		n := native[it.key]
-		q.native[it.key] = n
-		if err := q.validate(t, n.path, it); err != nil {
+		frames, err := q.validate(t, n.path, it)
+		if err != nil {
 			failed = append(failed, fmt.Errorf("native %s: %w", it.key, err))
 		}
+		if n.decoded, err = q.frameDigests(n.path, frames); err != nil {
+			return "", fmt.Errorf("native %s: %w", it.key, err)
+		}
+		q.native[it.key] = n
 		if goldens != nil {
 			if err := checkGolden(goldens, update, q.entry.ID+"/"+it.key, n.framesSHA256, q.entry.Goldens); err != nil {
 				failed = append(failed, err)
 			}
 		}
-	}
-	refSummary := ""
-	if c := q.entry.ReferenceOutputs; c != nil {
-		dir := filepath.Join(os.Getenv("MEDIAQUAL_BUNDLES"), q.entry.Bundle, spec.ReferenceOutputsDir)
-		var errs []error
-		refSummary, errs = compareReferenceOutputs(q.ctx, dir, items, q.native, q.entry.Workload, *c)
-		failed = append(failed, errs...)
+		if err := refs.compare(q.ctx, it.key, frames, q.entry.Workload); err != nil {
+			failed = append(failed, fmt.Errorf("native %s: %w", it.key, err))
+		}
 	}
 	if len(failed) > 0 {
 		return "", errors.Join(failed...)
@@ -199,43 +200,59 @@ func (q *qualification) correctness(t *testing.T) (string, error) {
 	if goldens != nil {
 		summary += " and equal to the goldens"
 	}
-	if refSummary != "" {
-		summary += "; " + refSummary
+	if refs != nil {
+		summary += "; " + refs.summary()
 	}
 	return summary, nil
 }
 
-// compareReferenceOutputs holds every native output to the reference output the bundle
-// carries for its input. A bundle without reference outputs is not compared, and the summary
-// says so; one that has them must have one for every pinned input.
-func compareReferenceOutputs(ctx context.Context, dir string, items []workItem, native map[string]nativeResult, w spec.Capability, c spec.ReferenceOutputs) (string, []error) {
-	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
-		return "the bundle carries no reference outputs (" + spec.ReferenceOutputsDir + "/): not compared", nil
+// referenceOutputs is the row's criterion against the reference outputs its bundle carries
+// (spec.ReferenceOutputsDir), nil where the row declares none.
+func (q *qualification) referenceOutputs() *referenceOutputs {
+	if q.entry.ReferenceOutputs == nil {
+		return nil
 	}
-	var errs []error
-	lowest := 1.0
-	for _, it := range items {
-		want, err := decodeAll(ctx, filepath.Join(dir, it.key+extension(w)), w)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("check reference-output: %s: %w", it.key, err))
-			continue
-		}
-		got, err := decodeAll(ctx, native[it.key].path, w)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("native %s: %w", it.key, err))
-			continue
-		}
-		s, err := check.ReferenceOutput(got, want, c)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("native %s: %w", it.key, err))
-			continue
-		}
-		lowest = min(lowest, s)
+	return &referenceOutputs{dir: filepath.Join(os.Getenv("MEDIAQUAL_BUNDLES"), q.entry.Bundle, spec.ReferenceOutputsDir),
+		c: *q.entry.ReferenceOutputs, lowest: 1}
+}
+
+type referenceOutputs struct {
+	dir      string
+	c        spec.ReferenceOutputs
+	compared int
+	lowest   float64 // the lowest mean SSIM seen
+}
+
+// compare holds one native output's frames (nil when they could not be decoded) to the
+// reference output for its input. A bundle without reference outputs compares nothing; one
+// with them must have one for every pinned input.
+func (r *referenceOutputs) compare(ctx context.Context, key string, got []*image.RGBA, w spec.Capability) error {
+	if r == nil || !r.present() || got == nil {
+		return nil
 	}
-	if len(errs) > 0 {
-		return "", errs
+	want, err := decodeAll(ctx, filepath.Join(r.dir, key+extension(w)), w)
+	if err != nil {
+		return fmt.Errorf("check reference-output: %s: %w", key, err)
 	}
-	return fmt.Sprintf("every output matches the bundle's reference output (lowest mean SSIM %.3f, at least %.3f)", lowest, c.MinSSIM), nil
+	s, err := check.ReferenceOutput(got, want, r.c)
+	if err != nil {
+		return err
+	}
+	r.compared++
+	r.lowest = min(r.lowest, s)
+	return nil
+}
+
+func (r *referenceOutputs) present() bool {
+	_, err := os.Stat(r.dir)
+	return !errors.Is(err, fs.ErrNotExist)
+}
+
+func (r *referenceOutputs) summary() string {
+	if !r.present() {
+		return "the bundle carries no reference outputs (" + spec.ReferenceOutputsDir + "/): not compared"
+	}
+	return fmt.Sprintf("%d outputs match the bundle's reference outputs (lowest mean SSIM %.3f, at least %.3f)", r.compared, r.lowest, r.c.MinSSIM)
 }
 
 // decodeAll decodes a clip's frames, or an image as one frame.
@@ -310,61 +327,63 @@ func (q *qualification) runNative(items []workItem) (map[string]nativeResult, er
 		if err != nil {
 			return nil, fmt.Errorf("native path %s: reading actual.json: %w", it.key, err)
 		}
-		n := nativeResult{path: rec.Product.Path, sha256: rec.Product.SHA256, framesSHA256: rec.Product.FramesSHA256}
-		if n.decoded, err = decodedDigests(q.ctx, n.path, q.entry.Workload); err != nil {
-			return nil, err
-		}
-		res[it.key] = n
+		res[it.key] = nativeResult{path: rec.Product.Path, sha256: rec.Product.SHA256, framesSHA256: rec.Product.FramesSHA256}
 	}
 	return res, nil
 }
 
 // validate applies every artifact check to a file: container shape, decoded frames and the
-// family's validity contract.
-func (q *qualification) validate(t *testing.T, path string, it workItem) error {
+// family's validity contract. It returns the decoded frames (an image is one frame), nil when
+// a check failed before decoding.
+func (q *qualification) validate(t *testing.T, path string, it workItem) ([]*image.RGBA, error) {
 	e := q.entry
 	want := e.Defaults
 	if q.entry.Workload == spec.TextToVideo {
 		info, err := media.ReadMP4File(path)
 		if err != nil {
-			return &check.Failure{Check: "container", Detail: err.Error()}
+			return nil, &check.Failure{Check: "container", Detail: err.Error()}
 		}
 		if err := check.Clip(info, want); err != nil {
-			return err
+			return nil, err
 		}
 		p, err := media.FFprobe(q.ctx, path)
 		if err != nil {
-			return &check.Failure{Check: "decodable", Detail: err.Error()}
+			return nil, &check.Failure{Check: "decodable", Detail: err.Error()}
 		}
 		if err := check.Decoded(p, want); err != nil {
-			return err
+			return nil, err
 		}
 		frames, err := media.DecodeFrames(q.ctx, path)
 		if err != nil {
-			return &check.Failure{Check: "decodable", Detail: err.Error()}
+			return nil, &check.Failure{Check: "decodable", Detail: err.Error()}
 		}
 		if len(frames) != want.NumFrames {
-			return &check.Failure{Check: "decoded-frames", Detail: fmt.Sprintf("decoded %d frames, asked %d", len(frames), want.NumFrames)}
+			return frames, &check.Failure{Check: "decoded-frames", Detail: fmt.Sprintf("decoded %d frames, asked %d", len(frames), want.NumFrames)}
 		}
 		_, err = check.Motion(frames, *e.Video)
-		return err
+		return frames, err
 	}
 	out, err := media.DecodeImage(path)
 	if err != nil {
-		return &check.Failure{Check: "decodable", Detail: err.Error()}
+		return nil, &check.Failure{Check: "decodable", Detail: err.Error()}
 	}
+	frames := []*image.RGBA{media.ToRGBA(out)}
 	ref, err := media.DecodeImageBytes(it.ref)
 	if err != nil {
-		return err
+		return frames, err
 	}
 	_, err = check.Edit(out, ref, want.Size, *e.Edit)
-	return err
+	return frames, err
 }
 
-func decodedDigests(ctx context.Context, path string, w spec.Capability) ([]string, error) {
-	frames, err := decodeAll(ctx, path, w)
-	if err != nil {
-		return nil, err
+// frameDigests are the digests of an artifact's decoded frames: of frames when validate
+// decoded them, else decoded here (a file that failed its checks still gets compared).
+func (q *qualification) frameDigests(path string, frames []*image.RGBA) ([]string, error) {
+	if frames == nil {
+		var err error
+		if frames, err = decodeAll(q.ctx, path, q.entry.Workload); err != nil {
+			return nil, err
+		}
 	}
 	return media.FrameDigests(frames), nil
 }
@@ -480,7 +499,11 @@ func (q *qualification) artifacts(t *testing.T) (string, error) {
 		if err := os.WriteFile(s.path, data, 0o644); err != nil {
 			return "", err
 		}
-		if err := q.validate(t, s.path, s.item); err != nil {
+		frames, err := q.validate(t, s.path, s.item)
+		if err != nil {
+			failed = append(failed, fmt.Errorf("served %s (request %s, job %s): %w", s.item.key, s.requestID, s.jobID, err))
+		}
+		if s.decoded, err = q.frameDigests(s.path, frames); err != nil {
 			failed = append(failed, fmt.Errorf("served %s (request %s, job %s): %w", s.item.key, s.requestID, s.jobID, err))
 		}
 	}
@@ -525,11 +548,7 @@ func (q *qualification) identity(t *testing.T) (string, error) {
 		if !ok {
 			return "", fmt.Errorf("no native result for %s", s.item.key)
 		}
-		got, err := decodedDigests(q.ctx, s.path, q.entry.Workload)
-		if err != nil {
-			return "", err
-		}
-		if err := check.Identity(s.sha256, n.sha256, got, n.decoded); err != nil {
+		if err := check.Identity(s.sha256, n.sha256, s.decoded, n.decoded); err != nil {
 			return "", fmt.Errorf("%s (request %s): %w", s.item.key, s.requestID, err)
 		}
 	}
@@ -872,13 +891,4 @@ func pct(xs []float64, p float64) float64 {
 	sort.Float64s(s)
 	i := int(float64(len(s))*p/100+0.5) - 1
 	return s[min(max(i, 0), len(s)-1)]
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

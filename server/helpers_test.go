@@ -29,7 +29,6 @@ type fakeTask struct {
 	delay time.Duration
 	gate  chan struct{}
 	lie   func(*spec.Output)
-	calls sync.WaitGroup
 }
 
 func (f *fakeTask) Run(ctx context.Context, req spec.Request) (spec.Output, error) {

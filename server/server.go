@@ -56,11 +56,10 @@ type Server struct {
 	ready  atomic.Bool
 	fault  *fault
 
-	mu      sync.Mutex
-	closed  bool
-	jobs    map[string]*job
-	gone    map[string]string // id -> why it is gone (deleted, expired), for clear 404s
-	created []string          // job ids in creation order, for listing
+	mu     sync.Mutex
+	closed bool
+	jobs   map[string]*job
+	gone   map[string]string // id -> why it is gone (deleted, expired), for clear 404s
 
 	stop    chan struct{}
 	wg      sync.WaitGroup
