@@ -70,7 +70,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # models/
 
 from pyworker import worker as pw  # noqa: E402
-from pyworker.worker import JobError, parse_size, quantize, rgb24, video_shape  # noqa: E402,F401
+from pyworker.worker import JobError, parse_size  # noqa: E402
 
 PRECISION = "bf16"
 WORKFLOW = "t2va"  # text only: no keyframe, no references

@@ -15,7 +15,7 @@ import (
 // declares them and refuses what the row does not declare. They need only python3 (no torch,
 // diffusers or numpy), and skip only where python3 is absent.
 
-func TestAdapterPythonUnitTests(t *testing.T) { pyworker.UnitTests(t) }
+func TestAdapterPythonUnitTests(t *testing.T) { pyworker.UnitTests(t, "test_adapter") }
 
 // mapScript reads a list of settings on stdin and prints, per item, the adapter's pipeline
 // kwargs (the generator replaced by its seed) and actual report, or its error.

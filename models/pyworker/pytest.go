@@ -29,14 +29,14 @@ func Python(t *testing.T) string {
 
 func pyEnv() []string { return append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1") }
 
-// UnitTests runs the family's test_adapter.py (in the test's directory) and fails unless it
-// passes.
-func UnitTests(t *testing.T) {
-	cmd := exec.Command(Python(t), "-m", "unittest", "-v", "test_adapter")
+// UnitTests runs a unittest module in the test's directory (a family's test_adapter, or
+// pyworker's own test_worker) and fails unless it passes.
+func UnitTests(t *testing.T, module string) {
+	cmd := exec.Command(Python(t), "-m", "unittest", "-v", module)
 	cmd.Env = pyEnv()
 	out, err := cmd.CombinedOutput()
-	t.Logf("python3 -m unittest test_adapter:\n%s", out)
-	require.NoError(t, err, "the adapter's Python unit tests fail")
+	t.Logf("python3 -m unittest %s:\n%s", module, out)
+	require.NoError(t, err, "the Python unit tests fail")
 	assert.Contains(t, string(out), "\nOK")
 }
 

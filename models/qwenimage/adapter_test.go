@@ -15,7 +15,7 @@ import (
 // the way the row declares them. They need only python3 (no torch, diffusers, numpy or
 // Pillow), and skip only where python3 is absent.
 
-func TestAdapterPythonUnitTests(t *testing.T) { pyworker.UnitTests(t) }
+func TestAdapterPythonUnitTests(t *testing.T) { pyworker.UnitTests(t, "test_adapter") }
 
 // mapScript reads a list of settings on stdin and prints, per item, the adapter's pipeline
 // kwargs (the generator replaced by its seed, the image by a marker) and actual report, or its

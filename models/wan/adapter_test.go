@@ -14,7 +14,7 @@ import (
 // tests and check that it maps every row's settings the way the rows declare them. They need
 // only python3 (no torch, diffusers or numpy), and skip only where python3 is absent.
 
-func TestAdapterPythonUnitTests(t *testing.T) { pyworker.UnitTests(t) }
+func TestAdapterPythonUnitTests(t *testing.T) { pyworker.UnitTests(t, "test_adapter") }
 
 // pinned are the family's per-checkpoint facts the adapter depends on: the UniPC flow_shift
 // (argv) and the size granularity of the pipeline (VAE spatial factor x patch), which the

@@ -21,13 +21,6 @@ from pyworker import testing  # noqa: E402
 from pyworker.testing import WorkerTestCase  # noqa: E402
 import build_l0  # noqa: E402
 
-try:
-    import numpy  # noqa: F401
-
-    HAVE_NUMPY = True
-except ImportError:
-    HAVE_NUMPY = False
-
 
 def settings(**over):
     s = {
@@ -147,44 +140,6 @@ class MappingTest(unittest.TestCase):
         b = adapter.actual_for(settings(size="1280x704", num_frames=121, fps=24, guidance=3.5), 121, 1280, 704, 50)
         self.assertEqual(b["duration_s"], 121 / 24)
         self.assertEqual((b["fps"], b["guidance"], b["num_inference_steps"]), (24, 3.5, 50))
-
-
-class Rgb24Test(unittest.TestCase):
-    def test_quantize(self):
-        q = adapter.quantize
-        self.assertEqual([q(0.0), q(1.0), q(-0.5), q(1.5), q(0.5), q(1 / 255), q(254.5 / 255)],
-                         [0, 255, 0, 255, 128, 1, 254])  # 127.5 and 254.5 round half to even
-        for bad in (float("nan"), float("inf"), float("-inf")):
-            with self.assertRaises(adapter.JobError) as cm:
-                q(bad)
-            self.assertEqual(cm.exception.code, "non_finite_output")
-
-    def test_layout(self):
-        # 2 frames, 2 rows, 3 columns: row-major, frame after frame, R G B.
-        video = [[[[f, y / 2, x / 4] for x in range(3)] for y in range(2)] for f in (0.0, 1.0)]
-        self.assertEqual(adapter.video_shape(video), (2, 2, 3, 3))
-        data = adapter.rgb24(video)
-        self.assertEqual(len(data), 2 * 2 * 3 * 3)
-        self.assertEqual(list(data[:9]), [0, 0, 0, 0, 0, 64, 0, 0, 128])
-        self.assertEqual(list(data[9:12]), [0, 128, 0])
-        self.assertEqual(list(data[18:21]), [255, 0, 0])
-
-    def test_bad_shapes(self):
-        for v in ([[[[0, 0]]]], [[[0, 0, 0]]], []):
-            with self.assertRaises(adapter.JobError):
-                adapter.rgb24(v)
-
-    @unittest.skipUnless(HAVE_NUMPY, "numpy not installed")
-    def test_numpy_path_matches_the_pure_path(self):
-        import numpy as np
-
-        rng = np.random.default_rng(1)
-        arr = rng.uniform(-0.2, 1.2, size=(3, 4, 5, 3)).astype(np.float32)
-        arr[0, 0, 0] = [0.5, 1 / 255, 254.5 / 255]
-        self.assertEqual(bytes(adapter.rgb24(arr)), adapter.rgb24(arr.astype(np.float64).tolist()))
-        arr[1, 1, 1, 1] = np.nan
-        with self.assertRaises(adapter.JobError):
-            adapter.rgb24(arr)
 
 
 class FakePipe:
