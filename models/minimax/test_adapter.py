@@ -9,8 +9,6 @@ are installed, and is skipped elsewhere.
 import os
 import sys
 import tempfile
-import threading
-import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -210,35 +208,23 @@ class MappingTest(unittest.TestCase):
         adapter.report_step(None, "pipe", 0, 0.5)  # no callback (warm-up): nothing
 
 
-class FakePipe:
+class FakePipe(testing.FakePipe):
     """Stands in for MiniMaxH3ModularPipeline(..., output="videos")[0] with the adapter's hook
     in its loop: N steps run N-1 iterations, each ending in report_step; the frames depend on the
     seed only through the generator (so equal seeds give equal bytes)."""
 
-    def __init__(self, step_delay=0.0, fail=None):
-        self.calls = []
-        self.step_delay = step_delay
-        self.fail = fail
-        self._interrupt = False
-        self.started = threading.Event()
+    def steps(self, kw):
+        return kw["num_inference_steps"] - 1
 
-    def __call__(self, **kw):
-        self.calls.append(kw)
-        self._interrupt = False
-        self.started.set()
-        if self.fail:
-            raise self.fail
-        for i in range(kw["num_inference_steps"] - 1):
-            if self._interrupt:
-                continue
-            time.sleep(self.step_delay)
-            adapter.report_step(kw.get("callback_on_step_end"), self, i, i / kw["num_inference_steps"])
+    def step(self, kw, i):
+        adapter.report_step(kw.get("callback_on_step_end"), self, i, i / kw["num_inference_steps"])
+
+    def output(self, kw):
         _, seed = kw["generator"]
         f, h, w = kw["num_frames"], kw["height"], kw["width"]
         rows = [[[y / max(h - 1, 1), x / max(w - 1, 1), 0.5] for x in range(w)] for y in range(h)]
         # Shared rows keep a 124-frame clip cheap; the first pixel of a frame carries seed and index.
         return [[[[((seed + fi) % 5) / 4, 0.0, 0.0]] + rows[0][1:]] + rows[1:] for fi in range(f)]
-
 
 class FakeBackend(testing.FakeBackend):
     geometry = adapter.RELEASED

@@ -269,3 +269,38 @@ class ProtocolContract:
         err, _ = self.until("error", "s")
         self.assertEqual(err["code"], "invalid_request")
         self.stop()
+
+
+class FakePipe:
+    """Stands in for a diffusers pipeline: records its calls, can fail or step slowly, calls the
+    step callback num_inference_steps times (unless interrupted), then returns output(kw). A
+    family subclasses it with output(kw) (and step/steps where its loop differs)."""
+
+    def __init__(self, step_delay=0.0, fail=None):
+        self.calls = []
+        self.step_delay = step_delay
+        self.fail = fail
+        self._interrupt = False
+        self.started = threading.Event()
+
+    def __call__(self, **kw):
+        self.calls.append(kw)
+        self._interrupt = False
+        self.started.set()
+        if self.fail:
+            raise self.fail
+        for i in range(self.steps(kw)):
+            if self._interrupt:
+                continue
+            time.sleep(self.step_delay)
+            self.step(kw, i)
+        return self.output(kw)
+
+    def steps(self, kw):
+        return kw["num_inference_steps"]
+
+    def step(self, kw, i):
+        kw["callback_on_step_end"](self, i, 1000 - i, {})
+
+    def output(self, kw):
+        raise NotImplementedError

@@ -14,8 +14,6 @@ import struct
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 import unittest
 import zlib
 
@@ -179,34 +177,16 @@ class MappingTest(unittest.TestCase):
             "width": 1024, "height": 1024, "num_inference_steps": 20, "guidance": 4.0, "seed": 42, "precision": "bf16"})
 
 
-class FakePipe:
-    """Stands in for QwenImageEditPlusPipeline: one callback per step, then one image whose
-    pixels depend on the reference's colour and the seed."""
+class FakePipe(testing.FakePipe):
+    """Stands in for QwenImageEditPlusPipeline: one image whose pixels depend on the
+    reference's colour and the seed."""
 
-    def __init__(self, step_delay=0.0, fail=None):
-        self.calls = []
-        self.step_delay = step_delay
-        self.fail = fail
-        self._interrupt = False
-        self.started = threading.Event()
-
-    def __call__(self, **kw):
-        self.calls.append(kw)
-        self._interrupt = False
-        self.started.set()
-        if self.fail:
-            raise self.fail
-        for i in range(kw["num_inference_steps"]):
-            if self._interrupt:
-                continue
-            time.sleep(self.step_delay)
-            kw["callback_on_step_end"](self, i, 1000 - i, {})
+    def output(self, kw):
         ref = kw["image"][0]
         r = ref["rows"][0][0] / 255
         _, seed = kw["generator"]
         h, w = kw["height"], kw["width"]
         return [[[[r, (seed % 7) / 6, x / max(w - 1, 1)] for x in range(w)] for _ in range(h)]]
-
 
 class FakeBackend(testing.FakeBackend):
     size_multiple = (16, 16)

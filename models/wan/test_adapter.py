@@ -8,8 +8,6 @@ import io
 import os
 import sys
 import tempfile
-import threading
-import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -142,33 +140,15 @@ class MappingTest(unittest.TestCase):
         self.assertEqual((b["fps"], b["guidance"], b["num_inference_steps"]), (24, 3.5, 50))
 
 
-class FakePipe:
-    """Stands in for WanPipeline: calls callback_on_step_end per step, returns frames whose pixels
-    depend on the seed only through the generator (so equal seeds give equal bytes)."""
+class FakePipe(testing.FakePipe):
+    """Stands in for WanPipeline: frames whose pixels depend on the seed only through the
+    generator (so equal seeds give equal bytes)."""
 
-    def __init__(self, step_delay=0.0, fail=None):
-        self.calls = []
-        self.step_delay = step_delay
-        self.fail = fail
-        self._interrupt = False
-        self.started = threading.Event()
-
-    def __call__(self, **kw):
-        self.calls.append(kw)
-        self._interrupt = False
-        self.started.set()
-        if self.fail:
-            raise self.fail
-        for i in range(kw["num_inference_steps"]):
-            if self._interrupt:
-                continue
-            time.sleep(self.step_delay)
-            kw["callback_on_step_end"](self, i, 1000 - i, {})
+    def output(self, kw):
         _, seed = kw["generator"]
         f, h, w = kw["num_frames"], kw["height"], kw["width"]
         return [[[[((seed + fi + y + x) % 5) / 4, y / max(h - 1, 1), x / max(w - 1, 1)]
                   for x in range(w)] for y in range(h)] for fi in range(f)]
-
 
 class FakeBackend(testing.FakeBackend):
     size_multiple = (16, 16)
