@@ -56,6 +56,16 @@ func Script(t *testing.T, script string, in, out any) {
 	require.NoError(t, json.Unmarshal(stdout, out), string(stdout))
 }
 
+// Each runs script over items (as Script, which marshals them exactly as server/worker sends
+// settings) and returns its one answer per item.
+func Each[In, Out any](t *testing.T, script string, items []In) []Out {
+	t.Helper()
+	var got []Out
+	Script(t, script, items, &got)
+	require.Len(t, got, len(items))
+	return got
+}
+
 // ExpectFatalWithoutBundle runs a worker argv (its script path relative to the module root,
 // as mediaserve resolves it against MEDIAQUAL_ROOT) outside the repository with an empty
 // bundles root: the adapter must answer with exactly one fatal line on stdout naming the

@@ -53,11 +53,7 @@ type mapped struct {
 }
 
 func runMapping(t *testing.T, items []spec.Settings) []mapped {
-	t.Helper()
-	var got []mapped
-	pyworker.Script(t, mapScript, items, &got) // settings marshalled exactly as server/worker sends them
-	require.Len(t, got, len(items))
-	return got
+	return pyworker.Each[spec.Settings, mapped](t, mapScript, items)
 }
 
 func TestAdapterMapsEveryDeclaredSetting(t *testing.T) {

@@ -66,11 +66,7 @@ type mapItem struct {
 }
 
 func runMapping(t *testing.T, items []mapItem) []mapped {
-	t.Helper()
-	var got []mapped
-	pyworker.Script(t, mapScript, items, &got)
-	require.Len(t, got, len(items))
-	return got
+	return pyworker.Each[mapItem, mapped](t, mapScript, items)
 }
 
 func TestAdapterMapsEveryDeclaredSetting(t *testing.T) {
