@@ -47,7 +47,7 @@ test: deps chromium vet
 # crashers land in testdata/fuzz and stay as regression inputs.
 # Execution counts, not durations: a -fuzztime duration races Go 1.26's fuzz coordinator, which
 # then fails the target with "context deadline exceeded" and no crasher (go.dev/issue/75804,
-# fixed in Go 1.27). Each count takes 5-8 s on an idle 2-core machine.
+# fixed in Go 1.27). Each count took 3-7 s on an idle 2-core machine (`time make fuzz`: 17 s).
 FUZZ_MP4 ?= 40000x
 FUZZ_FORM ?= 25000x
 FUZZ_RESOLVE ?= 50000x

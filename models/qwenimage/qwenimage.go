@@ -30,7 +30,7 @@ func Entries() []spec.Entry {
 		Bundle: "Qwen/Qwen-Image-Edit-2511", GPU: &spec.GPUNeeds{Count: 1, MemoryGB: 80},
 		// An output within one level of its source on average returned its input.
 		Edit: &spec.EditContract{MinChange: 1}, Fixtures: "edit-photos",
-		// bf16 drift across GPUs leaves an edit of the same photo structurally the same; a
+		// As for Wan: bf16 may drift across GPUs, so the match is structural; 0.85 is a
 		// judgment, not yet calibrated on real weights.
 		ReferenceOutputs: &spec.ReferenceOutputs{MinSSIM: 0.85},
 	}}
