@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -31,6 +32,15 @@ func requestTimeout() time.Duration {
 	return 30 * time.Minute
 }
 
+// concurrency is AIPerf's: MEDIAQUAL_CONCURRENCY, 1 by default (one request at a time, so
+// latency is not queueing).
+func concurrency() int {
+	if n, err := strconv.Atoi(os.Getenv("MEDIAQUAL_CONCURRENCY")); err == nil && n > 0 {
+		return n
+	}
+	return 1
+}
+
 // servedRequest is one AIPerf request, accounted for and matched to its pinned input.
 type servedRequest struct {
 	item      workItem
@@ -40,7 +50,9 @@ type servedRequest struct {
 	latencyMS float64 // AIPerf's request_latency
 	creditNS  int64
 	taskMS    float64 // the server's Task-call wall for this request
+	timing    ledger.Timing
 	peakMB    float64
+	psnr      float64 // of the decoded artifact against its raw frames, when measured
 	raw       aiperf.RawRecord
 	path      string // the fetched artifact
 	sha256    string
@@ -92,7 +104,7 @@ func (q *qualification) aiperfStage(t *testing.T) (string, error) {
 	}
 	run := aiperf.Run{
 		Model: q.entry.ID, URL: q.server.srv.URL, Tokenizer: tok, InputFile: input, Extra: q.extraInputs(),
-		Warmup: 1, Requests: len(items), Concurrency: 1, ArtifactDir: dir,
+		Warmup: 1, Requests: len(items), Concurrency: concurrency(), ArtifactDir: dir,
 		PollInterval: aiperfPoll, RequestTimeout: requestTimeout(),
 	}
 	run.Endpoint = aiperf.ImageEdit
@@ -130,7 +142,7 @@ func (q *qualification) aiperfStage(t *testing.T) (string, error) {
 		it := byPrompt[prompt]
 		e := r.Server[0]
 		q.served = append(q.served, servedRequest{item: it, warmup: r.Warmup, requestID: r.XRequestID, jobID: e.JobID,
-			latencyMS: r.LatencyMS, creditNS: r.CreditIssuedNS, taskMS: e.Timing.TaskCallWallMS, peakMB: e.Output.PeakMemoryMB, raw: r.Raw})
+			latencyMS: r.LatencyMS, creditNS: r.CreditIssuedNS, taskMS: e.Timing.TaskCallWallMS, timing: *e.Timing, peakMB: e.Output.PeakMemoryMB, raw: r.Raw})
 	}
 	return fmt.Sprintf("AIPerf %s: %s (1 warmup, %d measured); every request maps to exactly one server job", env.Version, aiperf.Summarize(reqs), len(items)), nil
 }

@@ -2,6 +2,7 @@ package mediaqual_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -11,6 +12,7 @@ import (
 	"image"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -46,6 +48,7 @@ type workItem struct {
 
 type nativeResult struct {
 	path, sha256, framesSHA256 string
+	raw                        string   // the raw rgb24 frames the artifact was encoded from
 	decoded                    []string // digests of the decoded frames (or image)
 }
 
@@ -306,7 +309,8 @@ func (q *qualification) runNative(items []workItem) (map[string]nativeResult, er
 	if err := os.WriteFile(batchPath, batch.Bytes(), 0o644); err != nil {
 		return nil, err
 	}
-	cmd := exec.CommandContext(q.ctx, mediaserveBin, "task", "-model", q.entry.ID, "-capability", string(q.entry.Workload), "-batch", batchPath)
+	cmd := exec.CommandContext(q.ctx, mediaserveBin, "task", "-model", q.entry.ID, "-capability", string(q.entry.Workload),
+		"-batch", batchPath, "-raw", "-engine", os.Getenv("MEDIAQUAL_ENGINE"))
 	cmd.Env = append(os.Environ(), rootEnv())
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("native path: %v\n%s", err, out)
@@ -327,7 +331,8 @@ func (q *qualification) runNative(items []workItem) (map[string]nativeResult, er
 		if err != nil {
 			return nil, fmt.Errorf("native path %s: reading actual.json: %w", it.key, err)
 		}
-		res[it.key] = nativeResult{path: rec.Product.Path, sha256: rec.Product.SHA256, framesSHA256: rec.Product.FramesSHA256}
+		res[it.key] = nativeResult{path: rec.Product.Path, sha256: rec.Product.SHA256, framesSHA256: rec.Product.FramesSHA256,
+			raw: filepath.Join(q.dir, "native", it.key, "frames.rgb")}
 	}
 	return res, nil
 }
@@ -394,7 +399,8 @@ func (q *qualification) serve(t *testing.T) (string, error) {
 	s := &servedModel{artifactDir: filepath.Join(q.dir, "artifacts"), ledgerPath: filepath.Join(q.dir, "ledger.jsonl")}
 	cfg := launch.Config{
 		Binary: mediaserveBin, URLFromStdout: true, Dir: q.dir, GPUs: os.Getenv("MEDIAQUAL_GPUS"), Env: []string{rootEnv()},
-		Args: []string{"-port", "0", "-model", q.entry.ID, "-artifact-dir", s.artifactDir, "-ledger", s.ledgerPath},
+		Args: []string{"-port", "0", "-model", q.entry.ID, "-artifact-dir", s.artifactDir, "-ledger", s.ledgerPath,
+			"-engine", os.Getenv("MEDIAQUAL_ENGINE")},
 	}
 	if f := os.Getenv(envFault); f != "" {
 		// The fault self-test (faults_test.go) serves a deliberately broken server; the row
@@ -505,6 +511,12 @@ func (q *qualification) artifacts(t *testing.T) (string, error) {
 		}
 		if s.decoded, err = q.frameDigests(s.path, frames); err != nil {
 			failed = append(failed, fmt.Errorf("served %s (request %s, job %s): %w", s.item.key, s.requestID, s.jobID, err))
+		}
+		if n, ok := q.native[s.item.key]; ok && frames != nil && n.framesSHA256 == line[0].Output.FramesSHA256 {
+			// The served artifact was encoded from exactly the native raw frames.
+			if s.psnr, err = encodePSNR(n.raw, frames); err != nil {
+				failed = append(failed, fmt.Errorf("served %s (request %s, job %s): %w", s.item.key, s.requestID, s.jobID, err))
+			}
 		}
 	}
 	if err := q.showArtifact(q.measured()); err != nil {
@@ -642,6 +654,33 @@ func (q *qualification) timing(t *testing.T) (string, error) {
 	tm.ClientP50MS, tm.ClientP95MS, tm.ClientMaxMS = pct(lat, 50), pct(lat, 95), pct(lat, 100)
 	tm.TaskP50MS, tm.TaskP95MS = pct(task, 50), pct(task, 95)
 	tm.OverheadP50MS = pct(over, 50)
+	tm.Concurrency = concurrency()
+	tm.Parts = timeParts(q.measured())
+	if count := q.entry.DenoiseFLOPs; count != nil {
+		var perStep []float64
+		for _, s := range q.measured() {
+			if d, ok := s.timing.TaskPhasesMS["denoise"]; ok && q.entry.Defaults.Steps > 0 {
+				perStep = append(perStep, d/float64(q.entry.Defaults.Steps))
+			}
+		}
+		if len(perStep) > 0 {
+			tm.DenoiseTFLOPPerStep = count(q.entry.Defaults) / 1e12
+			tm.DenoiseMSPerStep = pct(perStep, 50)
+			tm.AchievedTFLOPS = tm.DenoiseTFLOPPerStep / (tm.DenoiseMSPerStep / 1000)
+		}
+	}
+	var psnrs []float64
+	for _, s := range q.measured() {
+		if s.psnr > 0 {
+			psnrs = append(psnrs, s.psnr)
+		}
+	}
+	if len(psnrs) > 0 {
+		tm.EncodePSNRMinDB = slices.Min(psnrs)
+		for _, p := range psnrs {
+			tm.EncodePSNRMeanDB += p / float64(len(psnrs))
+		}
+	}
 	tm.ItemsPerSecond = float64(len(lat)) / window // from the first send to the last completion
 	if q.entry.Workload == spec.TextToVideo {
 		tm.FramesPerSecond = float64(frames) / window
@@ -661,6 +700,77 @@ func (q *qualification) timing(t *testing.T) (string, error) {
 	q.t.Attr("overhead_p50_ms", fmt.Sprintf("%.1f", tm.OverheadP50MS))
 	q.t.Attr("items_per_s", fmt.Sprintf("%.3f", tm.ItemsPerSecond))
 	return fmt.Sprintf("client p50 %.1f ms, Task p50 %.1f ms, overhead p50 %.1f ms over %d measured requests", tm.ClientP50MS, tm.TaskP50MS, tm.OverheadP50MS, tm.Requests), nil
+}
+
+// timeParts is the p50 of each part of the measured requests' time, in the ledger's order,
+// then the client's share: its latency beyond the server's total (polling, HTTP, transfer).
+// A Task that reports phases is shown by phase, else as one part.
+func timeParts(reqs []servedRequest) []reports.TimePart {
+	if len(reqs) == 0 {
+		return nil
+	}
+	var names []string
+	for name := range reqs[0].timing.TaskPhasesMS {
+		names = append(names, name)
+	}
+	slices.SortFunc(names, func(a, b string) int { return cmp.Compare(phaseOrder(a), phaseOrder(b)) })
+	part := func(name string, of func(s servedRequest) float64) reports.TimePart {
+		xs := make([]float64, len(reqs))
+		for i, s := range reqs {
+			xs[i] = of(s)
+		}
+		return reports.TimePart{Name: name, MS: pct(xs, 50)}
+	}
+	parts := []reports.TimePart{part("queue", func(s servedRequest) float64 { return s.timing.QueueMS })}
+	if len(names) == 0 {
+		parts = append(parts, part("task", func(s servedRequest) float64 { return s.timing.TaskCallWallMS }))
+	}
+	for _, n := range names {
+		parts = append(parts, part("task: "+n, func(s servedRequest) float64 { return s.timing.TaskPhasesMS[n] }))
+	}
+	return append(parts,
+		part("hand-over", func(s servedRequest) float64 { return s.timing.HandoverMS }),
+		part("encode wait", func(s servedRequest) float64 { return s.timing.EncodeWaitMS }),
+		part("encode", func(s servedRequest) float64 { return s.timing.EncodeMS }),
+		part("server other", func(s servedRequest) float64 { return s.timing.OtherMS }),
+		part("client", func(s servedRequest) float64 { return s.latencyMS - s.timing.TotalMS }))
+}
+
+// phaseOrder puts known Task phases in the order they run; others follow by name.
+func phaseOrder(name string) int {
+	if i := slices.Index([]string{"encode_prompt", "denoise", "decode"}, name); i >= 0 {
+		return i
+	}
+	return 100
+}
+
+// encodePSNR is the PSNR (dB, RGB) of a decoded clip against the raw rgb24 frames it was
+// encoded from, over the whole clip (one mean squared error), capped at 100 dB for a
+// lossless match so that it stays a number.
+func encodePSNR(rawPath string, decoded []*image.RGBA) (float64, error) {
+	pix, err := os.ReadFile(rawPath)
+	if err != nil {
+		return 0, fmt.Errorf("check encode-psnr: the native raw frames: %w", err)
+	}
+	w, h := decoded[0].Rect.Dx(), decoded[0].Rect.Dy()
+	raw := spec.Video{W: w, H: h, N: len(decoded), Pix: pix}
+	if err := raw.Check(); err != nil {
+		return 0, fmt.Errorf("check encode-psnr: raw frames against the %d decoded: %w", len(decoded), err)
+	}
+	var mse float64
+	for i, f := range decoded {
+		p, err := media.PSNR(f, raw.RGBA(i))
+		if err != nil {
+			return 0, fmt.Errorf("check encode-psnr: frame %d: %w", i, err)
+		}
+		if !math.IsInf(p, 1) {
+			mse += 255 * 255 / math.Pow(10, p/10) / float64(len(decoded))
+		}
+	}
+	if mse == 0 {
+		return 100, nil
+	}
+	return min(100, 10*math.Log10(255*255/mse)), nil
 }
 
 // picture writes img under the case's pictures/ and lists it with the row, its path relative to

@@ -26,6 +26,7 @@ type htmlPicture struct {
 
 type htmlRow struct {
 	Row
+	Bar      []barPart // the time parts as a stacked bar
 	Anchor   string
 	Label    string
 	NotModel bool // reference/L0, L0-random or any profile other than full
@@ -42,6 +43,34 @@ type htmlPage struct {
 	Rows             []htmlRow
 	InventoryColumns []string
 	Inventory        []inventoryRow
+}
+
+// barPart is one segment of a case's stacked time bar.
+type barPart struct {
+	TimePart
+	Pct    float64 // share of the bar's width
+	Colour string
+}
+
+var barColours = []string{"#8c959f", "#54aeff", "#0969da", "#8250df", "#bf3989", "#fb8f44", "#d4a72c", "#1a7f37", "#cf222e", "#57606a"}
+
+// timeBar lays out t's parts left to right, each as wide as its share of their sum.
+func timeBar(t *Timing) []barPart {
+	if t == nil {
+		return nil
+	}
+	sum := 0.0
+	for _, p := range t.Parts {
+		sum += max(0, p.MS)
+	}
+	if sum <= 0 {
+		return nil
+	}
+	bar := make([]barPart, len(t.Parts))
+	for i, p := range t.Parts {
+		bar[i] = barPart{TimePart: p, Pct: 100 * max(0, p.MS) / sum, Colour: barColours[i%len(barColours)]}
+	}
+	return bar
 }
 
 // pictureTypes are the formats a page inlines.
@@ -102,7 +131,7 @@ func WriteHTML(dir string, r Report) (string, error) {
 		Inventory:        inventoryRows(r.Inventory),
 	}
 	for i, row := range r.Rows {
-		hr := htmlRow{Row: row, Anchor: fmt.Sprintf("row-%d", i+1), Label: row.Label, NotModel: notModel(row), NotRun: row.Outcome == NotRun || row.Outcome == Excluded,
+		hr := htmlRow{Row: row, Bar: timeBar(row.Timing), Anchor: fmt.Sprintf("row-%d", i+1), Label: row.Label, NotModel: notModel(row), NotRun: row.Outcome == NotRun || row.Outcome == Excluded,
 			Cells: summaryCells(row), Details: details(row)}
 		if hr.Label == "" {
 			hr.Label = Label(row.Profile)
@@ -171,6 +200,10 @@ figure { margin: 8px 0 12px; }
 figcaption { font-weight: 600; margin-bottom: 4px; }
 figure img { max-width: 100%; height: auto; border: 1px solid var(--rule); display: block; }
 .missing { color: #cf222e; font-weight: 600; }
+.timebar { display: flex; height: 22px; border: 1px solid var(--rule); margin: 4px 0 2px; }
+.timebar span { display: block; height: 100%; }
+.timelegend span { margin-right: 12px; white-space: nowrap; font-size: 12.5px; }
+.timelegend i { display: inline-block; width: 10px; height: 10px; margin-right: 4px; }
 </style>
 </head>
 <body>
@@ -209,6 +242,13 @@ figure img { max-width: 100%; height: auto; border: 1px solid var(--rule); displ
 <li{{if .Failed}} class="failed"{{end}}><strong>{{.Name}}</strong>: {{if .Code}}{{if .Text}}<code>{{.Text}}</code>{{else}}—{{end}}{{else if .Stage}}<span class="stage-msg">{{.Text}}</span>{{else}}{{.Text}}{{end}}</li>
 {{- end}}
 </ul>
+{{- if .Bar}}
+<figure class="timing">
+<figcaption>Where a request's time went (p50 of each part over the measured requests, ms)</figcaption>
+<div class="timebar">{{range .Bar}}<span style="width: {{printf "%.3f" .Pct}}%; background: {{.Colour}}" title="{{.Name}} {{printf "%.1f" .MS}} ms"></span>{{end}}</div>
+<div class="timelegend">{{range .Bar}}<span><i style="background: {{.Colour}}"></i>{{.Name}} {{printf "%.1f" .MS}}</span>{{end}}</div>
+</figure>
+{{- end}}
 {{- range .Pictures}}
 <figure class="pic {{kindClass .Kind}}">
 <figcaption>{{.Title}}</figcaption>

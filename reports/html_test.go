@@ -304,3 +304,21 @@ func TestNotRunRowsClaimNothing(t *testing.T) {
 	assert.NotContains(t, string(b), "full profile on real weights")
 	assert.Contains(t, string(b), "Not run here")
 }
+
+// TestTimeBarShowsEveryPart: each part is a segment as wide as its share, and a case without
+// parts gets no bar.
+func TestTimeBarShowsEveryPart(t *testing.T) {
+	dir := t.TempDir()
+	r := demoReport(t, dir)
+	r.Rows[0].Timing = &Timing{Requests: 4, Parts: []TimePart{{"queue", 1}, {"denoise", 6}, {"encode", 3}}}
+	path, err := WriteHTML(dir, r)
+	require.NoError(t, err)
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	page := string(b)
+	assert.Equal(t, 1, strings.Count(page, `<div class="timebar">`))
+	assert.Contains(t, page, `<span style="width: 60.000%; background: #54aeff" title="denoise 6.0 ms"></span>`)
+	assert.Contains(t, page, `title="encode 3.0 ms"`)
+	assert.NotContains(t, page, "ZgotmplZ", "template escaping kept every style value")
+	assert.Nil(t, timeBar(&Timing{Parts: []TimePart{{"queue", 0}}}), "nothing to show")
+}

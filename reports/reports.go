@@ -48,7 +48,28 @@ type Timing struct {
 	ItemsPerSecond  float64 `json:"items_per_s"` // clips/s or images/s
 	FramesPerSecond float64 `json:"frames_per_s,omitempty"`
 	PeakMemoryMB    float64 `json:"peak_memory_mb"`
-	Source          string  `json:"source"` // where client latency came from
+	Source          string  `json:"source"`                // where client latency came from
+	Concurrency     int     `json:"concurrency,omitempty"` // AIPerf's concurrency
+	// Parts is where a request's client latency went: the p50 of each part over the measured
+	// requests, in order (queue, the Task's phases, hand-over, encode, the server's rest, the
+	// client's share: polling, HTTP, transfer). Their sum is close to, not exactly, the
+	// client p50 (medians do not add).
+	Parts []TimePart `json:"parts,omitempty"`
+	// Task speed: the family's count of denoising FLOPs per step at the pinned settings, the
+	// measured denoise time per step (p50) and what that achieves.
+	DenoiseTFLOPPerStep float64 `json:"denoise_tflop_per_step,omitempty"`
+	DenoiseMSPerStep    float64 `json:"denoise_ms_per_step,omitempty"`
+	AchievedTFLOPS      float64 `json:"achieved_tflops,omitempty"`
+	// Encode quality: mean PSNR (dB, over RGB) of each served artifact's decoded frames against
+	// the raw frames it was encoded from, worst and mean over the measured requests.
+	EncodePSNRMinDB  float64 `json:"encode_psnr_min_db,omitempty"`
+	EncodePSNRMeanDB float64 `json:"encode_psnr_mean_db,omitempty"`
+}
+
+// TimePart is one named part of a request's time.
+type TimePart struct {
+	Name string  `json:"name"`
+	MS   float64 `json:"ms"`
 }
 
 // Row is one checkpoint's result.

@@ -96,6 +96,20 @@ func details(row Row) []detail {
 		add(fmt.Sprintf("timing (%d measured requests, client latency from %s)", t.Requests, t.Source),
 			"client p50 %.1f / p95 %.1f / max %.1f ms; Task p50 %.1f / p95 %.1f ms; overhead p50 %.1f ms%s; %s; peak memory %.0f MB",
 			t.ClientP50MS, t.ClientP95MS, t.ClientMaxMS, t.TaskP50MS, t.TaskP95MS, t.OverheadP50MS, poll, throughput(row.Workload, t), t.PeakMemoryMB)
+		if len(t.Parts) > 0 {
+			parts := make([]string, len(t.Parts))
+			for i, p := range t.Parts {
+				parts[i] = fmt.Sprintf("%s %.1f", p.Name, p.MS)
+			}
+			add("where the time went (p50 ms)", "%s", strings.Join(parts, ", "))
+		}
+		if t.DenoiseTFLOPPerStep > 0 && t.DenoiseMSPerStep > 0 {
+			add("task speed", "denoise %.1f ms a step for %.1f TFLOP a step (the family's count): %.0f TFLOP/s",
+				t.DenoiseMSPerStep, t.DenoiseTFLOPPerStep, t.AchievedTFLOPS)
+		}
+		if t.EncodePSNRMeanDB > 0 {
+			add("encode quality", "PSNR of decoded artifacts against their raw frames: mean %.2f dB, worst %.2f dB", t.EncodePSNRMeanDB, t.EncodePSNRMinDB)
+		}
 	}
 	for _, s := range row.Stages {
 		if s.Message != "" {

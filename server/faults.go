@@ -111,31 +111,35 @@ func (t faultyTask) Run(ctx context.Context, req spec.Request) (spec.Output, err
 }
 
 // frames tampers with checked output just before it is encoded, where the server's own
-// checks can no longer see it.
-func (f *fault) frames(frames []*image.RGBA, req spec.Request) []*image.RGBA {
+// checks can no longer see it. It never changes v's own pixels (v's digest is taken meanwhile).
+func (f *fault) frames(v spec.Video, req spec.Request) spec.Video {
 	switch {
-	case f.is("wrong-frame-count") && len(frames) > 1:
-		return frames[:len(frames)-1]
+	case f.is("wrong-frame-count") && v.N > 1:
+		v.N--
+		v.Pix = v.Pix[:v.N*v.FrameBytes()]
 	case f.is("wrong-size"):
-		out := make([]*image.RGBA, len(frames))
-		for i, fr := range frames {
-			c := image.NewRGBA(image.Rect(0, 0, fr.Rect.Dx()-16, fr.Rect.Dy()))
-			draw.Draw(c, c.Rect, fr, image.Point{}, draw.Src)
-			out[i] = c
-		}
-		return out
-	case f.is("nondeterministic"):
-		for _, fr := range frames {
-			for k := 0; k < 16; k++ {
-				fr.Pix[rand.IntN(len(fr.Pix)/4)*4] = uint8(rand.IntN(256))
+		c := spec.Video{W: v.W - 16, H: v.H, N: v.N}
+		for i := 0; i < v.N; i++ {
+			src := v.Frame(i)
+			for y := 0; y < v.H; y++ {
+				c.Pix = append(c.Pix, src[3*v.W*y:3*v.W*y+3*c.W]...)
 			}
 		}
-	case f.is("edit-unchanged") && req.Reference != nil && len(frames) == 1:
-		out := image.NewRGBA(frames[0].Rect)
-		draw.Draw(out, out.Rect, req.Reference, req.Reference.Bounds().Min, draw.Src)
-		return []*image.RGBA{out}
+		return c
+	case f.is("nondeterministic"):
+		pix := append([]byte(nil), v.Pix...)
+		for k := 0; k < 16*v.N; k++ {
+			pix[rand.IntN(len(pix)/3)*3] = uint8(rand.IntN(256))
+		}
+		v.Pix = pix
+	case f.is("edit-unchanged") && req.Reference != nil && v.N == 1:
+		img := image.NewRGBA(image.Rect(0, 0, v.W, v.H))
+		draw.Draw(img, img.Rect, req.Reference, req.Reference.Bounds().Min, draw.Src)
+		if c, err := spec.PackRGBA([]*image.RGBA{img}); err == nil {
+			return c
+		}
 	}
-	return frames
+	return v
 }
 
 // fps is the rate the encoder writes.

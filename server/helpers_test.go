@@ -256,8 +256,10 @@ func pngBytes(t testing.TB, w, h int, c color.RGBA) []byte {
 			img.SetRGBA(x, y, color.RGBA{uint8(int(c.R) + x), uint8(int(c.G) + y), c.B, 255})
 		}
 	}
+	v, err := spec.PackRGBA([]*image.RGBA{img})
+	require.NoError(t, err)
 	var buf bytes.Buffer
-	require.NoError(t, encode.PNG(&buf, img))
+	require.NoError(t, encode.PNG(&buf, v))
 	return buf.Bytes()
 }
 

@@ -49,12 +49,18 @@ type JobError struct {
 	param    string // the field at fault
 }
 
-// Timing splits a job's time so client latency can be set against the Task alone.
+// Timing splits a job's time so client latency can be set against the Task alone. The parts
+// of total_ms, in order: queue, Task call (task_phases_ms splits it where the Task can),
+// hand-over, wait for the encoder, encode, other.
 type Timing struct {
-	QueueMS        float64 `json:"queue_ms"`
-	TaskCallWallMS float64 `json:"task_call_wall_ms"`
-	EncodeMS       float64 `json:"encode_ms"`
-	TotalMS        float64 `json:"total_ms"` // accepted -> completed, as the server saw it
+	QueueMS        float64            `json:"queue_ms"`
+	TaskCallWallMS float64            `json:"task_call_wall_ms"`
+	TaskPhasesMS   map[string]float64 `json:"task_phases_ms,omitempty"` // e.g. encode_prompt, denoise, decode, as the Task timed them
+	HandoverMS     float64            `json:"handover_ms"`              // Task call returned -> frames in the server
+	EncodeWaitMS   float64            `json:"encode_wait_ms"`           // behind the previous clip's encode
+	EncodeMS       float64            `json:"encode_ms"`                // encoder, with the raw frames digested meanwhile
+	OtherMS        float64            `json:"other_ms"`                 // the rest: checks, artifact digest, bookkeeping
+	TotalMS        float64            `json:"total_ms"`                 // accepted -> completed, as the server saw it
 }
 
 type ledger struct {

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"os"
 
 	"mediaqual/models/spec"
 )
@@ -12,8 +13,10 @@ const DefaultMaxPixels = 4096 * 4096
 
 // RunNative is the native path: the same settings resolution, Task, checks and encoder as an
 // HTTP job, without HTTP. The suite compares its artifact with the served one byte for byte.
-// fields use the HTTP field names; reference is the encoded image for image_edit.
-func RunNative(ctx context.Context, m Model, capability spec.Capability, fields map[string]string, reference []byte, outPath string) (spec.Settings, Product, error) {
+// fields use the HTTP field names; reference is the encoded image for image_edit. With rawPath
+// set, the raw rgb24 frames the artifact is encoded from are written there too (the suite
+// measures the encoder's quality against them).
+func RunNative(ctx context.Context, m Model, capability spec.Capability, fields map[string]string, reference []byte, outPath, rawPath string) (spec.Settings, Product, error) {
 	cp := m.Checkpoint
 	if !cp.Has(capability) {
 		return spec.Settings{}, Product{}, fmt.Errorf("model %s does not declare %s (it declares %v)", cp.ID, capability, cp.Capabilities)
@@ -36,6 +39,15 @@ func RunNative(ctx context.Context, m Model, capability spec.Capability, fields 
 		return settings, Product{}, e
 	}
 	req.Settings = settings
-	p, err := Produce(ctx, m.Task, cp, capability, req, outPath)
+	g, err := generate(ctx, m.Task, cp, capability, req, nil)
+	if err != nil {
+		return settings, Product{}, err
+	}
+	if rawPath != "" {
+		if err := os.WriteFile(rawPath, g.video.Pix, 0o644); err != nil {
+			return settings, Product{}, err
+		}
+	}
+	p, err := g.encode(ctx, outPath, nil)
 	return settings, p, err
 }

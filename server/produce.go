@@ -18,52 +18,80 @@ import (
 
 // Product is one finished generation: the encoded artifact and what was really produced.
 type Product struct {
-	Path         string        `json:"path"`
-	SHA256       string        `json:"sha256"`
-	Bytes        int64         `json:"bytes"`
-	FramesSHA256 string        `json:"frames_sha256"` // over the Task's raw RGBA frames, before encoding
-	Actual       spec.Actual   `json:"actual"`
-	TaskWall     time.Duration `json:"-"`
-	Encode       time.Duration `json:"-"`
-	PeakMemoryMB float64       `json:"peak_memory_mb"`
+	Path         string             `json:"path"`
+	SHA256       string             `json:"sha256"`
+	Bytes        int64              `json:"bytes"`
+	FramesSHA256 string             `json:"frames_sha256"` // over the Task's raw frames as RGBA, before encoding
+	Actual       spec.Actual        `json:"actual"`
+	TaskWall     time.Duration      `json:"-"`
+	Phases       map[string]float64 `json:"-"`
+	Handover     time.Duration      `json:"-"`
+	Encode       time.Duration      `json:"-"`
+	PeakMemoryMB float64            `json:"peak_memory_mb"`
 }
 
 // Produce runs task on req, checks that the output is exactly what was asked, and encodes it
 // to path (MP4 for text_to_video, PNG for image_edit). HTTP jobs and `mediaserve task` both go
-// through here, which is what makes their artifacts comparable byte for byte.
+// through here (a lane in two halves, so the next Task need not wait for this encode), which
+// is what makes their artifacts comparable byte for byte.
 func Produce(ctx context.Context, task spec.Task, cp spec.Checkpoint, capability spec.Capability, req spec.Request, path string) (Product, error) {
-	return produce(ctx, task, cp, capability, req, path, nil)
-}
-
-// produce is Produce with an optional fault switched on (the native path never has one).
-func produce(ctx context.Context, task spec.Task, cp spec.Checkpoint, capability spec.Capability, req spec.Request, path string, f *fault) (Product, error) {
-	out, err := f.task(task).Run(ctx, req)
+	g, err := generate(ctx, task, cp, capability, req, nil)
 	if err != nil {
 		return Product{}, err
 	}
+	return g.encode(ctx, path, nil)
+}
+
+// generated is a Task's checked output waiting for the encoder.
+type generated struct {
+	capability spec.Capability
+	req        spec.Request
+	video      spec.Video
+	p          Product // what is known before encoding
+}
+
+// generate runs the Task and checks its output (f: an optional fault; never on the native path).
+func generate(ctx context.Context, task spec.Task, cp spec.Checkpoint, capability spec.Capability, req spec.Request, f *fault) (generated, error) {
+	start := time.Now()
+	out, err := f.task(task).Run(ctx, req)
+	ran := time.Since(start)
+	if err != nil {
+		return generated{}, err
+	}
 	if err := ctx.Err(); err != nil {
-		return Product{}, err
+		return generated{}, err
 	}
-	if err := checkActual(cp, capability, req.Settings, out); err != nil {
-		return Product{}, err
+	v, err := checkActual(cp, capability, req.Settings, out)
+	if err != nil {
+		return generated{}, err
 	}
-	p := Product{Path: path, Actual: out.Actual, TaskWall: out.TaskWall, PeakMemoryMB: out.PeakMemoryMB}
-	h := sha256.New()
-	for _, f := range out.Frames {
-		h.Write(f.Pix)
-	}
-	p.FramesSHA256 = hex.EncodeToString(h.Sum(nil))
+	return generated{capability: capability, req: req, video: v, p: Product{
+		Actual: out.Actual, TaskWall: out.TaskWall, Phases: out.Phases, PeakMemoryMB: out.PeakMemoryMB,
+		// What Run took beyond the Task's own call: a worker's quantize, write, protocol and
+		// the server's read. In-process Tasks time their whole Run, so this is about 0.
+		Handover: max(0, ran-out.TaskWall),
+	}}, nil
+}
+
+// encode writes the artifact to path, digesting the raw frames while the encoder runs.
+func (g generated) encode(ctx context.Context, path string, f *fault) (Product, error) {
+	p := g.p
+	p.Path = path
+	digest := make(chan string, 1)
+	go func() { digest <- encode.FramesSHA256(g.video) }()
 
 	start := time.Now()
-	frames := f.frames(out.Frames, req)
-	if capability == spec.TextToVideo {
-		err = encode.MP4(ctx, path, frames, f.fps(req.FPS))
+	v := f.frames(g.video, g.req)
+	var err error
+	if g.capability == spec.TextToVideo {
+		err = encode.MP4(ctx, path, v, f.fps(g.req.FPS))
 	} else {
-		err = writePNG(path, frames[0])
+		err = writePNG(path, v)
 	}
 	if err == nil {
 		err = f.encoded(path)
 	}
+	p.FramesSHA256 = <-digest
 	p.Encode = time.Since(start)
 	if err != nil {
 		return Product{}, &spec.Error{Code: "encode_failed", Message: err.Error()}
@@ -77,15 +105,15 @@ func produce(ctx context.Context, task spec.Task, cp spec.Checkpoint, capability
 
 // checkActual enforces "nothing silently changed": a Task that produced anything other than
 // what was asked fails the job, naming the field.
-func checkActual(cp spec.Checkpoint, capability spec.Capability, s spec.Settings, out spec.Output) error {
-	mismatch := func(field string, asked, got any) error {
-		return &spec.Error{Code: "actual_mismatch", Message: fmt.Sprintf("%s: asked %v, produced %v", field, asked, got)}
+func checkActual(cp spec.Checkpoint, capability spec.Capability, s spec.Settings, out spec.Output) (spec.Video, error) {
+	mismatch := func(field string, asked, got any) (spec.Video, error) {
+		return spec.Video{}, &spec.Error{Code: "actual_mismatch", Message: fmt.Sprintf("%s: asked %v, produced %v", field, asked, got)}
 	}
 	wantFrames := 1
 	if capability == spec.TextToVideo {
 		wantFrames = s.NumFrames
 	}
-	if len(out.Frames) != wantFrames {
+	if out.Video == nil && len(out.Frames) != wantFrames {
 		return mismatch("frames", wantFrames, len(out.Frames))
 	}
 	for i, f := range out.Frames {
@@ -96,6 +124,19 @@ func checkActual(cp spec.Checkpoint, capability spec.Capability, s spec.Settings
 			}
 			return mismatch(fmt.Sprintf("frame %d size", i), s.Size, got)
 		}
+	}
+	v, err := out.Pixels()
+	if err == nil {
+		err = v.Check()
+	}
+	if err != nil {
+		return spec.Video{}, &spec.Error{Code: "actual_mismatch", Message: "frames: " + err.Error()}
+	}
+	switch {
+	case v.N != wantFrames:
+		return mismatch("frames", wantFrames, v.N)
+	case v.W != s.Size.W || v.H != s.Size.H:
+		return mismatch("frame size", s.Size, fmt.Sprintf("%dx%d", v.W, v.H))
 	}
 	a := out.Actual
 	switch {
@@ -109,6 +150,8 @@ func checkActual(cp spec.Checkpoint, capability spec.Capability, s spec.Settings
 		return mismatch("guidance", s.Guidance, a.Guidance)
 	case a.Precision != cp.Precision:
 		return mismatch("precision", cp.Precision, a.Precision)
+	case a.Engine != cp.Engine:
+		return mismatch("engine", cp.Engine, a.Engine)
 	}
 	if capability == spec.TextToVideo {
 		switch {
@@ -120,10 +163,10 @@ func checkActual(cp spec.Checkpoint, capability spec.Capability, s spec.Settings
 			return mismatch("duration_s", float64(s.NumFrames)/float64(s.FPS), a.DurationS)
 		}
 	}
-	return nil
+	return v, nil
 }
 
-func writePNG(path string, img *image.RGBA) error {
+func writePNG(path string, img spec.Video) error {
 	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
 	f, err := os.Create(tmp)
 	if err != nil {

@@ -112,7 +112,7 @@ func New(cfg Config) (*Server, error) {
 		if m.Task == nil || len(m.Checkpoint.Capabilities) == 0 {
 			return nil, fmt.Errorf("server: model %q needs a Task and at least one capability", id)
 		}
-		s.lanes[id] = &lane{model: m, queue: make(chan *job, cfg.QueueCapacity)}
+		s.lanes[id] = &lane{model: m, queue: make(chan *job, cfg.QueueCapacity), encodes: make(chan encodeJob, 1)}
 		s.order = append(s.order, id)
 	}
 	if !cfg.KeepArtifacts {
@@ -138,8 +138,9 @@ func (s *Server) Load(ctx context.Context) error {
 		}
 	}
 	for _, id := range s.order {
-		s.wg.Add(1)
+		s.wg.Add(2)
 		go s.runLane(s.lanes[id])
+		go s.runEncoder(s.lanes[id])
 	}
 	s.wg.Add(1)
 	go s.janitor()

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -222,6 +223,17 @@ func TestActualMismatchFailsTheJob(t *testing.T) {
 		"fps":        func(o *spec.Output) { o.Actual.FPS = 30 },
 		"seed":       func(o *spec.Output) { o.Actual.Seed++ },
 		"frame size": func(o *spec.Output) { o.Frames[0] = image.NewRGBA(image.Rect(0, 0, 2, 2)) },
+		"video size": func(o *spec.Output) {
+			v, _ := spec.PackRGBA(o.Frames)
+			v.W, v.H = v.H, v.W
+			o.Frames, o.Video = nil, &v
+		},
+		"video bytes": func(o *spec.Output) {
+			v, _ := spec.PackRGBA(o.Frames)
+			v.Pix = v.Pix[:len(v.Pix)-1]
+			o.Frames, o.Video = nil, &v
+		},
+		"engine": func(o *spec.Output) { o.Actual.Engine = "regional-compile" },
 	} {
 		t.Run(name, func(t *testing.T) {
 			e := start(t, server.Config{Models: []server.Model{{Checkpoint: fakeCheckpoint("fake", spec.TextToVideo), Task: &fakeTask{lie: lie}}}})
@@ -338,7 +350,7 @@ func TestDeterministicAndNative(t *testing.T) {
 
 	m := referenceModels(t)[0]
 	require.Equal(t, "ref-t2v", m.Checkpoint.ID)
-	_, p, err := server.RunNative(context.Background(), m, spec.TextToVideo, fields, nil, filepath.Join(t.TempDir(), "native.mp4"))
+	_, p, err := server.RunNative(context.Background(), m, spec.TextToVideo, fields, nil, filepath.Join(t.TempDir(), "native.mp4"), "")
 	require.NoError(t, err)
 	assert.Equal(t, digests[0], p.SHA256, "HTTP artifact == native artifact")
 }
@@ -369,3 +381,48 @@ func TestShutdownEndsEveryJobAndLeavesNoFiles(t *testing.T) {
 }
 
 var _ = http.StatusOK
+
+// startRecorder is a Task that notes when each Run starts.
+type startRecorder struct {
+	fakeTask
+	mu     sync.Mutex
+	starts []time.Time
+}
+
+func (r *startRecorder) Run(ctx context.Context, req spec.Request) (spec.Output, error) {
+	r.mu.Lock()
+	r.starts = append(r.starts, time.Now())
+	r.mu.Unlock()
+	return r.fakeTask.Run(ctx, req)
+}
+
+// TestNextTaskStartsWhileTheClipEncodes: the lane hands a checked output to its encoder and
+// takes the next job at once, so the second Task starts before the first clip is finished;
+// the timing parts account for the whole of each job.
+func TestNextTaskStartsWhileTheClipEncodes(t *testing.T) {
+	task := &startRecorder{fakeTask: fakeTask{delay: 50 * time.Millisecond}}
+	e := start(t, server.Config{Models: []server.Model{{Checkpoint: fakeCheckpoint("fake", spec.TextToVideo), Task: task}}})
+	var ids []string
+	for range 2 {
+		ids = append(ids, e.postForm(t, "/v1/videos", map[string]string{"model": "fake", "prompt": "p", "num_frames": "33", "size": "64x48"}).json(t)["id"].(string))
+	}
+	for _, id := range ids {
+		require.Equal(t, "completed", e.waitVideo(t, id)["status"])
+	}
+	entries := e.ledger.entries(t)
+	var first server.LedgerEntry
+	for _, en := range entries {
+		if en.Event == "job" && en.JobID == ids[0] {
+			first = en
+		}
+	}
+	require.NotNil(t, first.Timing)
+	task.mu.Lock()
+	defer task.mu.Unlock()
+	require.Len(t, task.starts, 2)
+	assert.True(t, task.starts[1].Before(first.Time), "the second Task started %v after the first clip was done", task.starts[1].Sub(first.Time))
+	tm := first.Timing
+	assert.Greater(t, tm.EncodeMS, 0.0)
+	sum := tm.QueueMS + tm.TaskCallWallMS + tm.HandoverMS + tm.EncodeWaitMS + tm.EncodeMS + tm.OtherMS
+	assert.InDelta(t, tm.TotalMS, sum, 0.01, "the parts add up to the total: %+v", tm)
+}

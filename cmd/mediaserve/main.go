@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -44,7 +45,12 @@ func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
 // buildModel makes the Task for a checkpoint: in process when the family is Go, otherwise its
 // long-lived worker process.
-func buildModel(cp spec.Checkpoint, log *slog.Logger) (server.Model, error) {
+// engine, when set, replaces the row's engine (e.g. eager for a compiled row).
+func buildModel(cp spec.Checkpoint, engine string, log *slog.Logger) (server.Model, error) {
+	cp, err := withEngine(cp, engine)
+	if err != nil {
+		return server.Model{}, err
+	}
 	if cp.NewTask != nil {
 		t, err := cp.NewTask()
 		return server.Model{Checkpoint: cp, Task: t, Runtime: "in-process"}, err
@@ -59,6 +65,22 @@ func buildModel(cp spec.Checkpoint, log *slog.Logger) (server.Model, error) {
 		Log:  slogWriter{log.With("worker", cp.ID)},
 	})
 	return server.Model{Checkpoint: cp, Task: t, Runtime: "worker"}, nil
+}
+
+// withEngine returns cp running engine: its Engine and the value of its worker's --engine.
+// A row without an engine choice accepts only "".
+func withEngine(cp spec.Checkpoint, engine string) (spec.Checkpoint, error) {
+	if engine == "" || engine == cp.Engine {
+		return cp, nil
+	}
+	argv := slices.Clone(cp.Worker)
+	i := slices.Index(argv, "--engine")
+	if i < 0 || i+1 >= len(argv) {
+		return cp, fmt.Errorf("%s has no engine choice (its engine is %q); -engine %s cannot apply", cp.ID, cp.Engine, engine)
+	}
+	argv[i+1] = engine
+	cp.Worker, cp.Engine = argv, engine
+	return cp, nil
 }
 
 // resolveArgv makes a worker's script path absolute: families name it relative to the module

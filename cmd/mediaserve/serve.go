@@ -27,6 +27,7 @@ func serve(args []string, log *slog.Logger) error {
 	apiKey := fs.String("api-key", os.Getenv("MEDIASERVE_API_KEY"), "bearer key required on /v1/* (env MEDIASERVE_API_KEY)")
 	maxBody := fs.Int64("max-body", 32<<20, "largest request body in bytes")
 	keep := fs.Bool("keep-artifacts", false, "leave artifacts on disk at shutdown")
+	engine := fs.String("engine", "", "run every model that offers the choice with this engine (eager, regional-compile; default: each row's)")
 	fault := fs.String("fault", "", "switch on one deliberately broken behaviour, for the suite's self-test only (docs/FAULTS.md)")
 	var ids listFlag
 	fs.Var(&ids, "model", "checkpoint id to serve (repeatable; default: every servable checkpoint)")
@@ -58,7 +59,7 @@ func serve(args []string, log *slog.Logger) error {
 	}
 	var ms []server.Model
 	for _, cp := range cps {
-		m, err := buildModel(cp, log)
+		m, err := buildModel(cp, *engine, log)
 		if err != nil {
 			return err
 		}

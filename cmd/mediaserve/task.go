@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"mediaqual/internal/jsonl"
 	"mediaqual/models/spec"
@@ -32,6 +33,8 @@ func runTask(args []string, log *slog.Logger) error {
 	capability := fs.String("capability", "", "workload (default: the model's only one)")
 	refPath := fs.String("reference", "", "reference image for image_edit")
 	out := fs.String("out", ".", "output directory")
+	engine := fs.String("engine", "", "the engine, as mediaserve -engine (default: the row's)")
+	raw := fs.Bool("raw", false, "also write the raw rgb24 frames the artifact is encoded from, as <out>/frames.rgb")
 	batch := fs.String("batch", "", `JSON-lines file of jobs {"out": dir, "reference": path, "fields": {name: value}}, run in order with one load (replaces -out, -reference and -set)`)
 	var sets listFlag
 	fs.Var(&sets, "set", "request field as name=value, with the HTTP field names (repeatable)")
@@ -70,7 +73,7 @@ func runTask(args []string, log *slog.Logger) error {
 		jobs = []taskJob{j}
 	}
 
-	m, err := buildModel(cp, log)
+	m, err := buildModel(cp, *engine, log)
 	if err != nil {
 		return err
 	}
@@ -82,7 +85,7 @@ func runTask(args []string, log *slog.Logger) error {
 		return err
 	}
 	for i, j := range jobs {
-		path, err := runJob(ctx, m, capab, j)
+		path, err := runJob(ctx, m, capab, j, *raw)
 		if err != nil {
 			if len(jobs) > 1 {
 				return fmt.Errorf("batch job %d (out %s): %w", i+1, j.Out, err)
@@ -110,8 +113,9 @@ func readBatch(path string) ([]taskJob, error) {
 	return jobs, nil
 }
 
-// runJob runs one job and writes <out>/artifact.{mp4,png} and <out>/actual.json.
-func runJob(ctx context.Context, m server.Model, capab spec.Capability, j taskJob) (string, error) {
+// runJob runs one job and writes <out>/artifact.{mp4,png}, <out>/actual.json and, with raw,
+// <out>/frames.rgb.
+func runJob(ctx context.Context, m server.Model, capab spec.Capability, j taskJob, raw bool) (string, error) {
 	var ref []byte
 	if j.Reference != "" {
 		var err error
@@ -130,20 +134,28 @@ func runJob(ctx context.Context, m server.Model, capab spec.Capability, j taskJo
 	if err != nil {
 		return "", err
 	}
-	settings, p, err := server.RunNative(ctx, m, capab, j.Fields, ref, path)
+	rawPath := ""
+	if raw {
+		rawPath = filepath.Join(j.Out, "frames.rgb")
+	}
+	settings, p, err := server.RunNative(ctx, m, capab, j.Fields, ref, path, rawPath)
 	if err != nil {
 		return "", err
 	}
 	cp := m.Checkpoint
 	rec := struct {
-		Model      string          `json:"model"`
-		Revision   string          `json:"revision"`
-		Capability spec.Capability `json:"capability"`
-		Settings   spec.Settings   `json:"settings"`
-		Product    server.Product  `json:"product"`
-		TaskWallMS float64         `json:"task_call_wall_ms"`
-		EncodeMS   float64         `json:"encode_ms"`
-	}{cp.ID, cp.Revision, capab, settings, p, float64(p.TaskWall.Microseconds()) / 1000, float64(p.Encode.Microseconds()) / 1000}
+		Model      string             `json:"model"`
+		Revision   string             `json:"revision"`
+		Capability spec.Capability    `json:"capability"`
+		Settings   spec.Settings      `json:"settings"`
+		Product    server.Product     `json:"product"`
+		TaskWallMS float64            `json:"task_call_wall_ms"`
+		PhasesMS   map[string]float64 `json:"task_phases_ms,omitempty"`
+		HandoverMS float64            `json:"handover_ms"`
+		EncodeMS   float64            `json:"encode_ms"`
+	}{cp.ID, cp.Revision, capab, settings, p, ms(p.TaskWall), p.Phases, ms(p.Handover), ms(p.Encode)}
 	b, _ := json.MarshalIndent(rec, "", "  ")
 	return path, os.WriteFile(filepath.Join(j.Out, "actual.json"), append(b, '\n'), 0o644)
 }
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -10,6 +10,9 @@ import (
 // Entry is one ledger line, in the shape mediaserve writes.
 type Entry = server.LedgerEntry
 
+// Timing is a job's time split into its parts.
+type Timing = server.Timing
+
 // Read parses the ledger at path; blank lines are skipped, anything else malformed is an error.
 func Read(path string) ([]Entry, error) { return jsonl.Read[Entry](path) }
 

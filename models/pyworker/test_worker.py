@@ -62,10 +62,62 @@ class WeightsTest(unittest.TestCase):
         b = pw.TorchBackend()
         with tempfile.TemporaryDirectory() as bundle:
             self.assertEqual(b.note_weights(bundle), "")
-            self.assertEqual(b.ready_info(), {"weights": "bundle"})
+            self.assertEqual(b.ready_info(), {"weights": "bundle", "engine": "eager"})
             open(os.path.join(bundle, l0.MARKER), "w").close()
             self.assertIn("L0-RANDOM", b.note_weights(bundle))
-            self.assertEqual(b.ready_info(), {"weights": "L0-random"})
+            self.assertEqual(b.ready_info(), {"weights": "L0-random", "engine": "eager"})
+
+
+class EngineTest(unittest.TestCase):
+    def test_engines(self):
+        class Transformer:
+            compiled = None
+
+            def compile_repeated_blocks(self, **kw):
+                self.compiled = kw
+
+        class Pipe:
+            transformer = Transformer()
+
+        b, pipe = pw.TorchBackend(), Pipe()
+        b.apply_engine(pipe, "eager")
+        self.assertIsNone(pipe.transformer.compiled)
+        b.apply_engine(pipe, "regional-compile")
+        self.assertEqual(pipe.transformer.compiled, {"fullgraph": True})
+        self.assertEqual(b.engine, "regional-compile")
+        with self.assertRaisesRegex(RuntimeError, "engine 'max' is not one of eager, regional-compile"):
+            b.apply_engine(pipe, "max")
+
+
+class PhasesTest(unittest.TestCase):
+    def test_split(self):
+        # Two prompt encodings (true CFG), then the decode; the call ran from 0 to 10 s.
+        marks = [("encode_prompt", 0.1, 0.3), ("encode_prompt", 0.3, 0.4), ("decode", 9.0, 9.6)]
+        self.assertEqual(pw.phases_ms(marks, 0.0, 10.0),
+                         {"encode_prompt": 300.0, "denoise": 8600.0, "decode": 1000.0})
+
+    def test_nothing_claimed_without_both_marks(self):
+        self.assertEqual(pw.phases_ms([("encode_prompt", 0.1, 0.3)], 0.0, 1.0), {})
+        self.assertEqual(pw.phases_ms([("decode", 0.1, 0.3)], 0.0, 1.0), {})
+
+    def test_instrument_times_the_calls(self):
+        class VAE:
+            def decode(self, x):
+                return x * 2
+
+        class Pipe:
+            vae = VAE()
+
+            def encode_prompt(self, p):
+                return p + "!"
+
+        b, pipe = pw.TorchBackend(), Pipe()
+        b.cuda = False
+        b.instrument(pipe)
+        self.assertEqual(pipe.encode_prompt("a"), "a!")
+        self.assertEqual(pipe.vae.decode(2), 4)
+        self.assertEqual([m[0] for m in b.marks], ["encode_prompt", "decode"])
+        self.assertTrue(all(a <= z for _, a, z in b.marks))
 
 
 if __name__ == "__main__":

@@ -72,11 +72,12 @@ class Output:
     """What a family's run() produced: video is (frames, height, width, 3) floats in [0,1] (a
     numpy array or nested lists; an image is one frame); actual is spec.Actual."""
 
-    def __init__(self, video, actual, task_wall_ms, peak_memory_mb):
+    def __init__(self, video, actual, task_wall_ms, peak_memory_mb, phases_ms=None):
         self.video = video
         self.actual = actual
         self.task_wall_ms = task_wall_ms
         self.peak_memory_mb = peak_memory_mb
+        self.phases_ms = phases_ms or {}
 
 
 # --------------------------------------------------------------------------------------------
@@ -268,18 +269,47 @@ class PipelineFamily:
             return {}
 
         kwargs["callback_on_step_end"] = on_step
+        marks = getattr(b, "marks", None)
         try:
             b.reset_peak()
+            if marks is not None:
+                marks.clear()
             t0 = self.clock()
             video = b.call(kwargs)
             b.synchronize()
-            wall_ms = (self.clock() - t0) * 1000.0
+            t1 = self.clock()
+            wall_ms = (t1 - t0) * 1000.0
             peak = b.peak_memory_mb()
             if cancelled():
                 raise Cancelled(done[0])
         except Cancelled as c:
             raise Cancelled(c.step, "cancelled at step %d of %d" % (c.step, total))
-        return Output(video, self.actual_for(settings, video_shape(video), done[0]), wall_ms, peak)
+        phases = phases_ms(marks, t0, t1) if marks else {}
+        actual = self.actual_for(settings, video_shape(video), done[0])
+        engine = getattr(b, "engine", None)
+        if engine:
+            actual["engine"] = engine
+        return Output(video, actual, wall_ms, peak, phases)
+
+
+def phases_ms(marks, t0, t1):
+    """Split a call [t0, t1] by the (name, start, end) marks a backend recorded around the
+    pipeline's encode_prompt and VAE decode calls: encode_prompt (all its calls), denoise (from
+    the last prompt encoding to the first decode: latents, the transformer steps, the
+    scheduler) and decode (from there to the end: VAE, post-processing, quantizing, the copy
+    to the host). Without both kinds of mark nothing is claimed."""
+    enc = [(a, b) for n, a, b in marks if n == "encode_prompt"]
+    dec = [a for n, a, _ in marks if n == "decode"]
+    if not enc or not dec:
+        return {}
+    enc_end = max(b for _, b in enc)
+    dec_start = min(dec)
+    ms = lambda x: round(x * 1000.0, 3)  # noqa: E731
+    return {
+        "encode_prompt": ms(sum(b - a for a, b in enc)),
+        "denoise": ms(dec_start - enc_end),
+        "decode": ms(t1 - dec_start),
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -294,10 +324,26 @@ def require_bundle(bundle):
         )
 
 
+ENGINES = ("eager", "regional-compile")
+
+
 class TorchBackend:
     """What every diffusers backend does on its device: deterministic set-up, seeded
-    generators, CUDA sync and peak memory, OOM recovery. A subclass calls setup() first in
-    its __init__ (after checking the bundle) and supplies pipe and call(kwargs)."""
+    generators, CUDA sync and peak memory, OOM recovery, the engine. A subclass calls setup()
+    first in its __init__ (after checking the bundle) and supplies pipe and call(kwargs)."""
+
+    engine = "eager"
+
+    def apply_engine(self, pipe, engine):
+        """eager: nothing. regional-compile: torch.compile the transformer's repeated block
+        (diffusers' compile_repeated_blocks, fullgraph), compiled on the first call, which
+        the caller makes before "ready" (a warm-up at the pinned shape). Its bytes differ from
+        eager's but repeat exactly, so native path and server must use the same engine."""
+        if engine not in ENGINES:
+            raise RuntimeError("engine %r is not one of %s" % (engine, ", ".join(ENGINES)))
+        if engine == "regional-compile":
+            pipe.transformer.compile_repeated_blocks(fullgraph=True)
+        self.engine = engine
 
     def setup(self, device, needs=()):
         """Check the Python stack (plus the family's own needs: (module, why) pairs) and import
@@ -344,10 +390,46 @@ class TorchBackend:
         return "; L0-RANDOM weights: mechanics, timing and shapes only, never quality" if self.l0_random else ""
 
     def ready_info(self):
-        return {"weights": "L0-random" if self.l0_random else "bundle"}
+        return {"weights": "L0-random" if self.l0_random else "bundle", "engine": self.engine}
 
     def generator(self, seed):
         return self.torch.Generator(device=self.device).manual_seed(seed)
+
+    def to_rgb24(self, frames):
+        """(F, C, H, W) floats in [0, 1] on the device (a pipeline's output_type="pt") -> an
+        (F, H, W, 3) uint8 numpy array. Quantized on the device with rgb24()'s arithmetic
+        (float32, clip to [0, 1], times 255, round half to even), so the bytes equal the CPU
+        path's, and only uint8 crosses to the host: a quarter of the float copy, and no
+        per-pixel work on the CPU."""
+        torch = self.torch
+        x = frames.float()
+        if not bool(torch.isfinite(x).all()):
+            raise JobError("non_finite_output", "the pipeline produced non-finite values (NaN/Inf)")
+        q = x.clamp(0.0, 1.0).mul_(255.0).round_().to(torch.uint8).permute(0, 2, 3, 1).contiguous()
+        return q.cpu().numpy()
+
+    def instrument(self, pipe):
+        """Time the pipeline's prompt encoding and VAE decode (marks for phases_ms), syncing
+        the device at each edge so a mark is when the GPU got there, not when the CPU queued
+        it. A pipeline without either is left alone and reports no phases."""
+        self.marks = []
+        clock = time.perf_counter
+
+        def timed(name, fn):
+            def wrapper(*args, **kwargs):
+                self.synchronize()
+                a = clock()
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    self.synchronize()
+                    self.marks.append((name, a, clock()))
+
+            return wrapper
+
+        if hasattr(pipe, "encode_prompt") and getattr(pipe, "vae", None) is not None:
+            pipe.encode_prompt = timed("encode_prompt", pipe.encode_prompt)
+            pipe.vae.decode = timed("decode", pipe.vae.decode)
 
     def synchronize(self):
         if self.cuda:
@@ -526,6 +608,7 @@ class Worker:
             "height": height,
             "actual": out.actual,
             "task_wall_ms": round(out.task_wall_ms, 3),
+            "phases_ms": out.phases_ms,
             "peak_memory_mb": round(out.peak_memory_mb, 1),
         })
 

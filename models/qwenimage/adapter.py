@@ -16,7 +16,7 @@ Configuration (argv wins over the environment):
 Settings map to QwenImageEditPlusPipeline.__call__: image=[reference], prompt, negative_prompt
 (omitted -> the pinned " ", which keeps true CFG on), true_cfg_scale=guidance, guidance_scale=1.0,
 num_inference_steps, height/width from size, a seeded generator, num_images_per_prompt=1,
-output_type="np". A size that is not a multiple of 16 (VAE 8x times patch 2) is answered with an
+output_type="pt" (quantized on the device). A size that is not a multiple of 16 (VAE 8x times patch 2) is answered with an
 error event where diffusers would silently crop it, and so is num_inference_steps 1, for which the
 snapshot's scheduler (shift_terminal 0.02) computes a NaN sigma and diffusers a NaN image.
 
@@ -90,7 +90,7 @@ def pipeline_kwargs(settings, image, generator_for, size_multiple=SIZE_MULTIPLE)
         "width": width,
         "generator": generator_for(seed),
         "num_images_per_prompt": 1,
-        "output_type": "np",
+        "output_type": "pt",  # quantized on the device (pyworker to_rgb24)
     }
 
 
@@ -175,6 +175,7 @@ class DiffusersBackend(pw.TorchBackend):
         if (multiple, multiple) != self.size_multiple:
             raise RuntimeError("the pipeline's size multiple is %d, the adapter assumes %s" % (multiple, self.size_multiple))
         self.pipe = pipe
+        self.instrument(pipe)
         log("loaded in %.1f s%s" % (time.perf_counter() - t0, self.note_weights(bundle)))
 
     def open_reference(self, path):
@@ -184,10 +185,11 @@ class DiffusersBackend(pw.TorchBackend):
             return im.convert("RGB")
 
     def call(self, kwargs):
-        """The native generation call; returns the image as (1, H, W, 3) float in [0, 1]."""
+        """The native generation call; returns the image as (1, H, W, 3) uint8, made on the
+        device."""
         with self.torch.inference_mode():
             out = self.pipe(**kwargs)
-        return out.images[:1]  # output_type="np": (num_images, H, W, 3)
+            return self.to_rgb24(out.images[:1])  # output_type="pt": (num_images, 3, H, W)
 
 
 # --------------------------------------------------------------------------------------------

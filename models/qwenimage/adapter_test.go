@@ -91,7 +91,7 @@ func TestAdapterMapsEveryDeclaredSetting(t *testing.T) {
 		assert.Equal(t, [2]int{s.Size.W, s.Size.H}, [2]int{k.Width, k.Height})
 		assert.Equal(t, s.Seed, k.Generator)
 		assert.Equal(t, 1, k.NumImages)
-		assert.Equal(t, "np", k.OutputType)
+		assert.Equal(t, "pt", k.OutputType)
 		assert.Equal(t, spec.Actual{Width: s.Size.W, Height: s.Size.H, Steps: s.Steps, Guidance: s.Guidance,
 			Seed: s.Seed, Precision: e.Precision}, got.Actual)
 	}

@@ -22,6 +22,9 @@ func Entries() []spec.Entry {
 			// The script path is relative to the module root; mediaserve resolves it against
 			// $MEDIAQUAL_ROOT. The weights are the row's bundle under $MEDIAQUAL_BUNDLES.
 			Worker: []string{"python3", "models/qwenimage/adapter.py", "--bundle-name", "Qwen/Qwen-Image-Edit-2511"},
+			// Eager: the text sequence length varies with the prompt, so a compiled transformer
+			// would recompile inside timed requests.
+			Engine: "eager",
 		},
 		Workload: spec.ImageEdit, NativeTask: "diffusers.QwenImageEditPlusPipeline",
 		// The adapter runs (L0-random bundle on an H200); the status stays planned until real
@@ -33,5 +36,6 @@ func Entries() []spec.Entry {
 		// As for Wan: bf16 may drift across GPUs, so the match is structural; 0.85 is a
 		// judgment, not yet calibrated on real weights.
 		ReferenceOutputs: &spec.ReferenceOutputs{MinSSIM: 0.85},
+		DenoiseFLOPs:     denoiseFLOPs,
 	}}
 }

@@ -105,7 +105,7 @@ class MappingTest(unittest.TestCase):
             "width": 1024,
             "generator": ("generator", 42),
             "num_images_per_prompt": 1,
-            "output_type": "np",
+            "output_type": "pt",
         })
         self.assertIsInstance(kw["true_cfg_scale"], float)
 

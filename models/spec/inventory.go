@@ -78,6 +78,10 @@ type Entry struct {
 	Video    *VideoContract `json:"video_contract,omitempty"`
 	Edit     *EditContract  `json:"edit_contract,omitempty"`
 	Fixtures string         `json:"fixtures"` // name of the fixture set in fixtures/
+	// DenoiseFLOPs is the family's count of one denoising step's floating-point operations at
+	// s (every transformer pass of the step, CFG included), for Task-speed figures; nil where
+	// no count is made. The derivation is in docs/PERFORMANCE.md.
+	DenoiseFLOPs func(s Settings) float64 `json:"-"`
 	// Goldens, for deterministic families, is the file (from the module root) holding the
 	// digest of the Task's raw output for each pinned fixture.
 	Goldens  string    `json:"goldens,omitempty"`

@@ -167,6 +167,9 @@ type Checkpoint struct {
 	NewTask func() (Task, error) `json:"-"`
 	// Worker is the argv of the long-lived worker process that runs this family's Task.
 	Worker []string `json:"-"`
+	// Engine is how the Task runs the model (see Actual.Engine): the row's choice, passed to
+	// its worker, reported back in every actual and checked there.
+	Engine string `json:"engine,omitempty"`
 }
 
 func (c Checkpoint) Has(cap Capability) bool {
@@ -198,14 +201,32 @@ type Actual struct {
 	Guidance  float64 `json:"guidance"`
 	Seed      int64   `json:"seed"`
 	Precision string  `json:"precision"`
+	// Engine is how the Task ran its model (e.g. "eager", "regional-compile"); empty for
+	// families with no choice. Bytes may differ between engines, so identity and goldens are
+	// keyed by it.
+	Engine string `json:"engine,omitempty"`
 }
 
 // Output is a Task's result: frames (exactly one for image_edit) and what was produced.
+// In-process Tasks set Frames; worker Tasks hand over packed rgb24 in Video, as the worker
+// wrote it, so the server never converts it.
 type Output struct {
 	Frames       []*image.RGBA
+	Video        *Video
 	Actual       Actual
 	TaskWall     time.Duration // wall time of the native generation call only
 	PeakMemoryMB float64
+	// Phases splits TaskWall where the Task can time its parts (e.g. encode_prompt, denoise,
+	// decode), in milliseconds.
+	Phases map[string]float64
+}
+
+// Pixels returns the output as packed rgb24, packing Frames when Video is not set.
+func (o Output) Pixels() (Video, error) {
+	if o.Video != nil {
+		return *o.Video, nil
+	}
+	return PackRGBA(o.Frames)
 }
 
 // Task is a family's native generation call. Implementations must be deterministic for equal

@@ -14,8 +14,14 @@ Configuration (argv wins over the environment):
   --flow-shift F        the checkpoint's pinned UniPC flow_shift (3.0 Wan2.1, 5.0 Wan2.2 TI2V)
   --device DEV          default $MEDIAQUAL_WAN_DEVICE or cuda:0 (with CUDA_VISIBLE_DEVICES set,
                         cuda:0 is the first listed GPU); "cpu" works for tiny bundles
-  --warmup-steps N      before "ready", run one N-step generation at the smallest legal shape so
-                        that CUDA/cuBLAS initialisation is not inside the first timed job (0: off)
+  --warmup-steps N      before "ready", run one N-step generation so that CUDA/cuBLAS set-up (and
+                        compilation) is not inside the first timed job (0: off; at least 2 with
+                        a compiling engine)
+  --warmup-size WxH, --warmup-frames N
+                        the warm-up's shape: the row's pinned one, so a compiled transformer is
+                        specialised for it (default: the smallest legal shape)
+  --engine E            eager (default) or regional-compile: torch.compile of the transformer's
+                        repeated block (diffusers' compile_repeated_blocks), done before "ready"
 Precision is pinned: transformer and text encoder bf16, VAE fp32.
 
 Settings map to WanPipeline.__call__ exactly; nothing is clamped or rounded: a num_frames that is
@@ -89,7 +95,8 @@ def pipeline_kwargs(settings, generator_for, frame_step=FRAME_STEP, size_multipl
         "num_inference_steps": steps,
         "guidance_scale": guidance,
         "generator": generator_for(seed),
-        "output_type": "np",
+        # Tensors stay on the device: the backend quantizes them there (pyworker to_rgb24).
+        "output_type": "pt",
     }
 
 
@@ -115,11 +122,14 @@ def actual_for(settings, frames, width, height, steps_done):
 
 
 class Config:
-    def __init__(self, bundle, flow_shift, device="cuda:0", warmup_steps=0):
+    def __init__(self, bundle, flow_shift, device="cuda:0", warmup_steps=0, engine="eager", warmup_size=None, warmup_frames=None):
         self.bundle = bundle
         self.flow_shift = float(flow_shift)
         self.device = device
         self.warmup_steps = warmup_steps
+        self.engine = engine
+        self.warmup_size = warmup_size
+        self.warmup_frames = warmup_frames
 
 
 class DiffusersBackend(pw.TorchBackend):
@@ -162,23 +172,30 @@ class DiffusersBackend(pw.TorchBackend):
         self.frame_step = pipe.vae_scale_factor_temporal
         log("loaded in %.1f s: size multiple %s, frames %dk+1%s" % (
             time.perf_counter() - t0, self.size_multiple, self.frame_step, self.note_weights(bundle)))
-        if cfg.warmup_steps > 0:
-            self.warmup(cfg.warmup_steps)
+        self.instrument(pipe)
+        self.apply_engine(pipe, cfg.engine)
+        steps = max(cfg.warmup_steps, 2 if cfg.engine != "eager" else 0)
+        if steps > 0:
+            self.warmup(steps)
 
     def warmup(self, steps):
         h, w = self.size_multiple
+        width, height = parse_size(self.cfg.warmup_size) if self.cfg.warmup_size else (w * 2, h * 2)
+        frames = self.cfg.warmup_frames or self.frame_step + 1
         t0 = time.perf_counter()
-        self.pipe(prompt="warmup", height=h * 2, width=w * 2, num_frames=self.frame_step + 1,
-                  num_inference_steps=steps, guidance_scale=5.0, output_type="np",
-                  generator=self.generator(0))
+        with self.torch.inference_mode():
+            self.pipe(prompt="warmup", height=height, width=width, num_frames=frames,
+                      num_inference_steps=steps, guidance_scale=5.0, output_type="pt",
+                      generator=self.generator(0))
         self.synchronize()
-        log("warm-up (%d steps) took %.1f s" % (steps, time.perf_counter() - t0))
+        log("warm-up (%d steps at %dx%dx%d, engine %s) took %.1f s" % (
+            steps, width, height, frames, self.engine, time.perf_counter() - t0))
 
     def call(self, kwargs):
-        """The native generation call; returns frames (F, H, W, 3) float in [0, 1]."""
+        """The native generation call; returns frames (F, H, W, 3) uint8, made on the device."""
         with self.torch.inference_mode():
             out = self.pipe(**kwargs)
-        return out.frames[0]
+            return self.to_rgb24(out.frames[0])
 
 
 # --------------------------------------------------------------------------------------------
@@ -218,8 +235,12 @@ def parse_args(argv, env):
     p.add_argument("--flow-shift", type=float, required=True, help="UniPC flow_shift pinned for the checkpoint")
     p.add_argument("--device", default=env.get("MEDIAQUAL_WAN_DEVICE", "cuda:0"))
     p.add_argument("--warmup-steps", type=int, default=0)
+    p.add_argument("--warmup-size", help="the warm-up's WxH (the row's pinned size)")
+    p.add_argument("--warmup-frames", type=int, help="the warm-up's num_frames (the row's pinned count)")
+    p.add_argument("--engine", choices=pw.ENGINES, default="eager")
     args = p.parse_args(argv)
-    return Config(pw.resolve_bundle(args, env), args.flow_shift, args.device, args.warmup_steps)
+    return Config(pw.resolve_bundle(args, env), args.flow_shift, args.device, args.warmup_steps,
+                  args.engine, args.warmup_size, args.warmup_frames)
 
 
 def main(argv=None):

@@ -101,7 +101,7 @@ func TestAdapterMapsEveryDeclaredSetting(t *testing.T) {
 		assert.Equal(t, s.Steps, k.Steps)
 		assert.Equal(t, s.Guidance, k.GuidanceScale)
 		assert.Equal(t, s.Seed, k.Generator)
-		assert.Equal(t, "np", k.OutputType)
+		assert.Equal(t, "pt", k.OutputType)
 		// What the adapter reports for a clip of exactly the asked shape is what the server
 		// checks against the request.
 		assert.Equal(t, spec.Actual{NumFrames: s.NumFrames, Width: s.Size.W, Height: s.Size.H, FPS: s.FPS,
@@ -135,6 +135,6 @@ func TestAdapterFrameRuleAgreesWithTheRows(t *testing.T) {
 // TestWorkerArgvStartsTheAdapter runs the argv the rows use, without their bundles.
 func TestWorkerArgvStartsTheAdapter(t *testing.T) {
 	for _, e := range Entries() {
-		pyworker.ExpectFatalWithoutBundle(t, worker(pinned[e.ID].flowShift, e.Bundle), e.Bundle)
+		pyworker.ExpectFatalWithoutBundle(t, e.Worker, e.Bundle)
 	}
 }

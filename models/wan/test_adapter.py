@@ -50,7 +50,7 @@ class MappingTest(unittest.TestCase):
             "num_inference_steps": 30,
             "guidance_scale": 5.0,
             "generator": ("generator", 42),
-            "output_type": "np",
+            "output_type": "pt",
         })
         self.assertIsInstance(kw["guidance_scale"], float)
         self.assertNotIn("fps", kw, "fps is a container property, not a pipeline argument")

@@ -3,7 +3,11 @@
 // the VAE compresses time 4x, so frame counts are 4k+1.
 package wan
 
-import "mediaqual/models/spec"
+import (
+	"strconv"
+
+	"mediaqual/models/spec"
+)
 
 // frames4k1 is Wan's frame rule: the VAE needs 4k+1 frames. diffusers silently rounds other
 // counts down; mediaserve rejects them instead.
@@ -13,9 +17,17 @@ var frames4k1 = &spec.FrameRule{Step: 4, Offset: 1, Range: spec.IntRange{Min: 5,
 // docs/WORKER.md) for a checkpoint whose UniPC flow_shift is pinned at flowShift and whose
 // weights are the row's bundle under $MEDIAQUAL_BUNDLES. The script path is relative to the
 // module root; mediaserve resolves it against $MEDIAQUAL_ROOT.
-func worker(flowShift, bundle string) []string {
-	return []string{"python3", "models/wan/adapter.py", "--flow-shift", flowShift, "--bundle-name", bundle}
+// The warm-up before "ready" runs at the row's pinned shape, so a compiled engine is
+// specialised for it and no timed job compiles.
+func worker(flowShift, bundle, engine string, pinned spec.Settings) []string {
+	return []string{"python3", "models/wan/adapter.py", "--flow-shift", flowShift, "--bundle-name", bundle,
+		"--engine", engine, "--warmup-size", pinned.Size.String(), "--warmup-frames", strconv.Itoa(pinned.NumFrames)}
 }
+
+// engine: regional compilation of the transformer block (diffusers' compile_repeated_blocks)
+// measured faster than eager on the H200 at the pinned shapes (docs/PERFORMANCE.md, "Task
+// speed"); it is compiled before "ready". `mediaserve -engine eager` serves eager instead.
+const engine = "regional-compile"
 
 // videoContract: real generators move; a clip whose consecutive frames differ by less than
 // half a level on average is frozen, one whose frames vary by less than 2 levels is blank.
@@ -25,6 +37,13 @@ var videoContract = &spec.VideoContract{MinMotion: 0.5, MinStdDev: 2}
 // 30-50 steps, so the match is structural (mean SSIM), not bitwise. 0.85 is a judgment, not
 // yet calibrated on real weights.
 var referenceOutputs = &spec.ReferenceOutputs{MinSSIM: 0.85}
+
+// The pinned settings (DESIGN section 4). fp16 decodes blank frames upstream, hence bf16;
+// 16 fps is Wan2.1's native rate.
+var (
+	wan21 = spec.Settings{Size: spec.Size{W: 832, H: 480}, NumFrames: 17, FPS: 16, Steps: 30, Guidance: 5.0, Seed: 42}
+	wan22 = spec.Settings{Size: spec.Size{W: 1280, H: 704}, NumFrames: 121, FPS: 24, Steps: 50, Guidance: 5.0, Seed: 42}
+)
 
 // Entries are the family's inventory rows.
 func Entries() []spec.Entry {
@@ -41,9 +60,9 @@ func Entries() []spec.Entry {
 					Steps: spec.IntRange{Min: 1, Max: 100}, Guidance: spec.FloatRange{Min: 1, Max: 20},
 					GuidanceParam: "guidance_scale", NegativePrompt: true,
 				},
-				// fp16 decodes blank frames upstream, hence bf16; 16 fps is Wan2.1's native rate.
-				Defaults: spec.Settings{Size: spec.Size{W: 832, H: 480}, NumFrames: 17, FPS: 16, Steps: 30, Guidance: 5.0, Seed: 42},
-				Worker:   worker("3.0", "Wan-AI/Wan2.1-T2V-1.3B-Diffusers"),
+				Defaults: wan21,
+				Worker:   worker("3.0", "Wan-AI/Wan2.1-T2V-1.3B-Diffusers", engine, wan21),
+				Engine:   engine,
 			},
 			Workload: spec.TextToVideo, NativeTask: "diffusers.WanPipeline (UniPC flow_shift 3.0)",
 			// The adapter runs (L0-random bundle on an H200, reports/published/); the status
@@ -51,7 +70,8 @@ func Entries() []spec.Entry {
 			Status: spec.Planned, Note: "native adapter runs; revision unpinned until real weights are qualified",
 			Bundle: "Wan-AI/Wan2.1-T2V-1.3B-Diffusers", GPU: &spec.GPUNeeds{Count: 1, MemoryGB: 40},
 			Video: videoContract, Fixtures: "t2v-prompts", ReferenceOutputs: referenceOutputs,
-			Variants: []spec.Variant{{Name: "fp16", Note: "decodes blank frames in native diffusers; not served", Status: spec.Excluded}},
+			DenoiseFLOPs: wan21Transformer.denoiseFLOPs,
+			Variants:     []spec.Variant{{Name: "fp16", Note: "decodes blank frames in native diffusers; not served", Status: spec.Excluded}},
 		},
 		{
 			Checkpoint: spec.Checkpoint{
@@ -63,14 +83,16 @@ func Entries() []spec.Entry {
 					Steps: spec.IntRange{Min: 1, Max: 100}, Guidance: spec.FloatRange{Min: 1, Max: 20},
 					GuidanceParam: "guidance_scale", NegativePrompt: true,
 				},
-				Defaults: spec.Settings{Size: spec.Size{W: 1280, H: 704}, NumFrames: 121, FPS: 24, Steps: 50, Guidance: 5.0, Seed: 42},
+				Defaults: wan22,
 				// Text-to-video mode: no image is passed, so TI2V generates from the prompt alone.
-				Worker: worker("5.0", "Wan-AI/Wan2.2-TI2V-5B-Diffusers"),
+				Worker: worker("5.0", "Wan-AI/Wan2.2-TI2V-5B-Diffusers", engine, wan22),
+				Engine: engine,
 			},
 			Workload: spec.TextToVideo, NativeTask: "diffusers.WanPipeline, text-to-video mode (UniPC flow_shift 5.0)",
 			Status: spec.Planned, Note: "native adapter shared with Wan2.1; revision is the manifest's short hash",
 			Bundle: "Wan-AI/Wan2.2-TI2V-5B-Diffusers", GPU: &spec.GPUNeeds{Count: 1, MemoryGB: 80},
 			Video: videoContract, Fixtures: "t2v-prompts", ReferenceOutputs: referenceOutputs,
+			DenoiseFLOPs: wan22Transformer.denoiseFLOPs,
 		},
 	}
 }

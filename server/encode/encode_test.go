@@ -3,6 +3,8 @@ package encode_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"image"
 	"image/color"
 	"image/png"
@@ -14,8 +16,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"mediaqual/harness/media"
+	"mediaqual/models/spec"
 	"mediaqual/server/encode"
 )
+
+func video(t testing.TB, n, w, h int) spec.Video {
+	v, err := spec.PackRGBA(frames(n, w, h))
+	require.NoError(t, err)
+	return v
+}
 
 func frames(n, w, h int) []*image.RGBA {
 	out := make([]*image.RGBA, n)
@@ -36,7 +45,7 @@ func TestMP4MatchesFFprobe(t *testing.T) {
 		{17, 320, 192, 16}, {5, 64, 48, 8}, {33, 160, 96, 24}, {1, 32, 32, 30},
 	} {
 		path := filepath.Join(t.TempDir(), "clip.mp4")
-		require.NoError(t, encode.MP4(context.Background(), path, frames(tc.n, tc.w, tc.h), tc.fps))
+		require.NoError(t, encode.MP4(context.Background(), path, video(t, tc.n, tc.w, tc.h), tc.fps))
 		p, err := media.FFprobe(context.Background(), path)
 		require.NoError(t, err)
 		assert.Equal(t, "h264", p.Codec)
@@ -52,7 +61,7 @@ func TestMP4MatchesFFprobe(t *testing.T) {
 
 func TestMP4Deterministic(t *testing.T) {
 	dir := t.TempDir()
-	fr := frames(9, 64, 64)
+	fr := video(t, 9, 64, 64)
 	a, b := filepath.Join(dir, "a.mp4"), filepath.Join(dir, "b.mp4")
 	require.NoError(t, encode.MP4(context.Background(), a, fr, 16))
 	require.NoError(t, encode.MP4(context.Background(), b, fr, 16))
@@ -63,21 +72,62 @@ func TestMP4Deterministic(t *testing.T) {
 
 func TestMP4RejectsBadInput(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "x.mp4")
-	assert.ErrorContains(t, encode.MP4(context.Background(), path, nil, 16), "no frames")
-	assert.ErrorContains(t, encode.MP4(context.Background(), path, frames(2, 63, 64), 16), "not even")
-	mixed := append(frames(1, 64, 64), frames(1, 32, 32)...)
-	assert.ErrorContains(t, encode.MP4(context.Background(), path, mixed, 16), "frame 1")
+	assert.ErrorContains(t, encode.MP4(context.Background(), path, spec.Video{}, 16), "video of 0 frames")
+	assert.ErrorContains(t, encode.MP4(context.Background(), path, video(t, 2, 63, 64), 16), "not even")
+	short := video(t, 2, 64, 64)
+	short.Pix = short.Pix[:len(short.Pix)-3]
+	assert.ErrorContains(t, encode.MP4(context.Background(), path, short, 16), "needs 24576 rgb24 bytes")
 	_, err := os.Stat(path)
 	assert.True(t, os.IsNotExist(err))
 }
 
+// TestPNGRoundTrip decodes our PNG writer's output with image/png and with ffmpeg: every
+// pixel must come back.
 func TestPNGRoundTrip(t *testing.T) {
 	img := frames(1, 40, 30)[0]
+	v := video(t, 1, 40, 30)
 	var buf bytes.Buffer
-	require.NoError(t, encode.PNG(&buf, img))
-	back, err := png.Decode(&buf)
+	require.NoError(t, encode.PNG(&buf, v))
+	back, err := png.Decode(bytes.NewReader(buf.Bytes()))
 	require.NoError(t, err)
 	assert.Equal(t, img.Bounds(), back.Bounds())
-	r, g, b, a := back.At(5, 7).RGBA()
-	assert.Equal(t, img.RGBAAt(5, 7), color.RGBA{uint8(r >> 8), uint8(g >> 8), uint8(b >> 8), uint8(a >> 8)})
+	assert.Equal(t, img.Pix, media.ToRGBA(back).Pix)
+
+	path := filepath.Join(t.TempDir(), "x.png")
+	require.NoError(t, os.WriteFile(path, buf.Bytes(), 0o644))
+	viaFFmpeg, err := media.DecodeFrames(context.Background(), path)
+	require.NoError(t, err)
+	require.Len(t, viaFFmpeg, 1)
+	assert.Equal(t, img.Pix, viaFFmpeg[0].Pix)
+
+	var again bytes.Buffer
+	require.NoError(t, encode.PNG(&again, v))
+	assert.Equal(t, buf.Bytes(), again.Bytes(), "deterministic")
+}
+
+func TestFramesSHA256IsOverRGBA(t *testing.T) {
+	fr := frames(3, 10, 4)
+	h := sha256.New()
+	for _, f := range fr {
+		h.Write(f.Pix)
+	}
+	assert.Equal(t, hex.EncodeToString(h.Sum(nil)), encode.FramesSHA256(video(t, 3, 10, 4)))
+}
+
+// TestMP4FromRGB24 checks the encoder reads rgb24 in the right channel order: a saturated
+// red clip must decode red.
+func TestMP4FromRGB24(t *testing.T) {
+	v := spec.Video{W: 32, H: 32, N: 3}
+	for i := 0; i < v.N*v.W*v.H; i++ {
+		v.Pix = append(v.Pix, 220, 20, 30)
+	}
+	path := filepath.Join(t.TempDir(), "red.mp4")
+	require.NoError(t, encode.MP4(context.Background(), path, v, 8))
+	got, err := media.DecodeFrames(context.Background(), path)
+	require.NoError(t, err)
+	require.Len(t, got, 3)
+	c := got[1].RGBAAt(16, 16)
+	assert.InDelta(t, 220, int(c.R), 6)
+	assert.InDelta(t, 20, int(c.G), 6)
+	assert.InDelta(t, 30, int(c.B), 6)
 }

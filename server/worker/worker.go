@@ -357,15 +357,16 @@ func (t *Task) crashed(p *proc, id string) error {
 
 // collect turns a result line and the raw file into an Output.
 func (t *Task) collect(p *proc, path string, m message) (spec.Output, error) {
-	frames, err := readFrames(path, m.Frames, m.Width, m.Height)
+	video, err := readFrames(path, m.Frames, m.Width, m.Height)
 	if err != nil {
 		return spec.Output{}, err
 	}
 	out := spec.Output{
-		Frames:       frames,
+		Video:        &video,
 		Actual:       m.Actual,
 		TaskWall:     time.Duration(m.TaskWallMS * float64(time.Millisecond)),
 		PeakMemoryMB: m.PeakMemoryMB,
+		Phases:       m.PhasesMS,
 	}
 	if out.Actual.Precision == "" {
 		out.Actual.Precision = p.precision
@@ -529,40 +530,31 @@ func writePNG(dir, id string, img image.Image) (string, error) {
 	return f.Name(), err
 }
 
-// readFrames reads n frames of w×h rgb24 from path into RGBA images, checking the byte count.
-func readFrames(path string, n, w, h int) ([]*image.RGBA, error) {
+// readFrames reads n frames of w×h rgb24 from path as they are: one read, no conversion.
+func readFrames(path string, n, w, h int) (spec.Video, error) {
 	if n <= 0 || w <= 0 || h <= 0 || n > 1<<16 || w > 1<<15 || h > 1<<15 {
-		return nil, &spec.Error{Code: CodeBadOutput, Message: fmt.Sprintf(
+		return spec.Video{}, &spec.Error{Code: CodeBadOutput, Message: fmt.Sprintf(
 			"result declares frames=%d width=%d height=%d", n, w, h)}
 	}
 	want := int64(n) * int64(w) * int64(h) * 3
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, &spec.Error{Code: CodeBadOutput, Message: "opening raw frames: " + err.Error()}
+		return spec.Video{}, &spec.Error{Code: CodeBadOutput, Message: "opening raw frames: " + err.Error()}
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return nil, &spec.Error{Code: CodeBadOutput, Message: "stat raw frames: " + err.Error()}
+		return spec.Video{}, &spec.Error{Code: CodeBadOutput, Message: "stat raw frames: " + err.Error()}
 	}
 	if st.Size() != want {
-		return nil, &spec.Error{Code: CodeBadOutput, Message: fmt.Sprintf(
+		return spec.Video{}, &spec.Error{Code: CodeBadOutput, Message: fmt.Sprintf(
 			"raw frames: expected %d bytes (%d frames × %dx%d × 3 rgb24), got %d", want, n, w, h, st.Size())}
 	}
-	buf := make([]byte, w*h*3)
-	frames := make([]*image.RGBA, n)
-	for i := range frames {
-		if _, err := io.ReadFull(f, buf); err != nil {
-			return nil, &spec.Error{Code: CodeBadOutput, Message: fmt.Sprintf("reading raw frame %d: %v", i, err)}
-		}
-		img := image.NewRGBA(image.Rect(0, 0, w, h))
-		pix := img.Pix
-		for s, d := 0, 0; s < len(buf); s, d = s+3, d+4 {
-			pix[d], pix[d+1], pix[d+2], pix[d+3] = buf[s], buf[s+1], buf[s+2], 0xff
-		}
-		frames[i] = img
+	v := spec.Video{W: w, H: h, N: n, Pix: make([]byte, want)}
+	if _, err := io.ReadFull(f, v.Pix); err != nil {
+		return spec.Video{}, &spec.Error{Code: CodeBadOutput, Message: "reading raw frames: " + err.Error()}
 	}
-	return frames, nil
+	return v, nil
 }
 
 // Protocol lines.
@@ -589,20 +581,21 @@ type envelope struct {
 }
 
 type message struct {
-	Event        string      `json:"event"`
-	ID           string      `json:"id"`
-	Precision    string      `json:"precision"`
-	PID          int         `json:"pid"`
-	Message      string      `json:"message"`
-	Code         string      `json:"code"`
-	Done         int         `json:"done"`
-	Total        int         `json:"total"`
-	Frames       int         `json:"frames"`
-	Width        int         `json:"width"`
-	Height       int         `json:"height"`
-	Actual       spec.Actual `json:"actual"`
-	TaskWallMS   float64     `json:"task_wall_ms"`
-	PeakMemoryMB float64     `json:"peak_memory_mb"`
+	Event        string             `json:"event"`
+	ID           string             `json:"id"`
+	Precision    string             `json:"precision"`
+	PID          int                `json:"pid"`
+	Message      string             `json:"message"`
+	Code         string             `json:"code"`
+	Done         int                `json:"done"`
+	Total        int                `json:"total"`
+	Frames       int                `json:"frames"`
+	Width        int                `json:"width"`
+	Height       int                `json:"height"`
+	Actual       spec.Actual        `json:"actual"`
+	TaskWallMS   float64            `json:"task_wall_ms"`
+	PhasesMS     map[string]float64 `json:"phases_ms"`
+	PeakMemoryMB float64            `json:"peak_memory_mb"`
 }
 
 type job struct {

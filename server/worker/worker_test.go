@@ -123,8 +123,11 @@ func videoReq(prompt string, seed int64, frames, steps int) spec.Request {
 // requireFrames checks out holds exactly the pattern the test worker renders for seed.
 func requireFrames(t *testing.T, out spec.Output, seed int64, frames, w, h int) {
 	t.Helper()
-	require.Len(t, out.Frames, frames)
-	for f, img := range out.Frames {
+	require.NotNil(t, out.Video, "a worker hands frames over as packed rgb24")
+	require.NoError(t, out.Video.Check())
+	require.Equal(t, frames, out.Video.N)
+	for f := 0; f < frames; f++ {
+		img := out.Video.RGBA(f)
 		require.Equal(t, image.Rect(0, 0, w, h), img.Bounds())
 		require.Equal(t, 4*w, img.Stride)
 		require.Len(t, img.Pix, 4*w*h)
@@ -189,8 +192,9 @@ func TestImageEditReference(t *testing.T) {
 	// No Load: the first Run starts the worker.
 	out, err := fx.task.Run(context.Background(), req)
 	require.NoError(t, err)
-	require.Len(t, out.Frames, 1)
-	img := out.Frames[0]
+	require.NotNil(t, out.Video)
+	require.Equal(t, 1, out.Video.N)
+	img := out.Video.RGBA(0)
 	require.Equal(t, ref.Bounds(), img.Bounds())
 	for y := 0; y < 5; y++ {
 		for x := 0; x < 7; x++ {

@@ -1,0 +1,122 @@
+package encode_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"mediaqual/harness/media"
+	"mediaqual/models/spec"
+	"mediaqual/server/encode"
+)
+
+// BenchmarkMP4 times the encoder on the pinned clip shapes for each x264 preset and thread
+// count in ENCODE_PRESETS / ENCODE_THREADS (comma-separated; default: the shipped
+// configuration), and reports the artifact's size and its PSNR against the raw frames. The
+// content is synthetic: "noise" (what L0-random weights give; x264's worst case) and
+// "smooth" (moving gradients, closer to real footage). docs/PERFORMANCE.md, "Encode".
+//
+//	go test -run '^$' -bench MP4 -benchtime 3x ./server/encode/
+func BenchmarkMP4(b *testing.B) {
+	presets := listEnv("ENCODE_PRESETS", encode.X264.Preset)
+	threads := listEnv("ENCODE_THREADS", fmt.Sprint(encode.X264.Threads))
+	shapes := []struct {
+		name     string
+		n, w, h  int
+		fps      int
+		onlyLong bool
+	}{
+		{"wan2.1-17x832x480", 17, 832, 480, 16, false},
+		{"wan2.2-121x1280x704", 121, 1280, 704, 24, true},
+	}
+	saved := encode.X264
+	defer func() { encode.X264 = saved }()
+	for _, sh := range shapes {
+		if sh.onlyLong && testing.Short() {
+			continue
+		}
+		for _, content := range []string{"noise", "smooth"} {
+			v := synthetic(content, sh.n, sh.w, sh.h)
+			for _, p := range presets {
+				for _, t := range threads {
+					b.Run(fmt.Sprintf("%s/%s/%s-t%s", sh.name, content, p, t), func(b *testing.B) {
+						encode.X264.Preset = p
+						fmt.Sscan(t, &encode.X264.Threads)
+						path := filepath.Join(b.TempDir(), "clip.mp4")
+						b.ResetTimer()
+						for i := 0; i < b.N; i++ {
+							if err := encode.MP4(context.Background(), path, v, sh.fps); err != nil {
+								b.Fatal(err)
+							}
+						}
+						b.StopTimer()
+						st, err := os.Stat(path)
+						if err != nil {
+							b.Fatal(err)
+						}
+						b.ReportMetric(float64(st.Size()), "bytes")
+						b.ReportMetric(clipPSNR(b, path, v), "psnr-dB")
+					})
+				}
+			}
+		}
+	}
+}
+
+func listEnv(key, def string) []string {
+	if v := os.Getenv(key); v != "" {
+		return strings.Split(v, ",")
+	}
+	return []string{def}
+}
+
+// synthetic makes n frames of w×h: seeded noise around mid-grey, or gradients that move.
+func synthetic(kind string, n, w, h int) spec.Video {
+	v := spec.Video{W: w, H: h, N: n, Pix: make([]byte, n*w*h*3)}
+	r := rand.New(rand.NewPCG(1, 2))
+	for f := 0; f < n; f++ {
+		px := v.Frame(f)
+		for y := 0; y < h; y++ {
+			for x := 0; x < w; x++ {
+				i := 3 * (y*w + x)
+				if kind == "noise" {
+					for c := 0; c < 3; c++ {
+						px[i+c] = byte(min(255, max(0, 128+r.NormFloat64()*40)))
+					}
+					continue
+				}
+				px[i] = byte((x + 3*f) * 255 / w)
+				px[i+1] = byte((y + 2*f) * 255 / h)
+				px[i+2] = byte(128 + 100*math.Sin(float64(x+y+4*f)/40))
+			}
+		}
+	}
+	return v
+}
+
+// clipPSNR decodes the clip and compares it with the raw frames over the whole clip.
+func clipPSNR(b *testing.B, path string, v spec.Video) float64 {
+	frames, err := media.DecodeFrames(context.Background(), path)
+	if err != nil || len(frames) != v.N {
+		b.Fatalf("decoding %s: %d frames, %v", path, len(frames), err)
+	}
+	var mse float64
+	for i, f := range frames {
+		p, err := media.PSNR(f, v.RGBA(i))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if !math.IsInf(p, 1) {
+			mse += 255 * 255 / math.Pow(10, p/10) / float64(v.N)
+		}
+	}
+	if mse == 0 {
+		return 100
+	}
+	return 10 * math.Log10(255*255/mse)
+}
