@@ -11,6 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
+	"strings"
 )
 
 // Job statuses of the video object.
@@ -24,7 +26,7 @@ const (
 // ErrorBody is the body of the error envelope.
 type ErrorBody struct {
 	Message string `json:"message"`
-	Type    string `json:"type,omitempty"`
+	Type    string `json:"type"`
 	Param   string `json:"param,omitempty"`
 	Code    string `json:"code"`
 }
@@ -74,8 +76,9 @@ type Timing struct {
 	TotalMS        float64 `json:"total_ms"`
 }
 
-// Video is the video object of POST and GET /v1/videos. Actual, Timing and the fields after
-// them are present once the job has started or completed.
+// Video is the video object of POST and GET /v1/videos. Timing appears once the job has
+// started; url, actual, inference_time_s, peak_memory_mb and sha256 once it has completed
+// (those are the fields tagged omitempty or omitzero: Strict does not require them).
 type Video struct {
 	ID             string    `json:"id"`
 	Object         string    `json:"object"`
@@ -91,10 +94,10 @@ type Video struct {
 	Seconds        string    `json:"seconds"`
 	Settings       Settings  `json:"settings"`
 	URL            string    `json:"url,omitempty"`
-	Actual         Actual    `json:"actual"`
-	Timing         Timing    `json:"timing"`
-	InferenceTimeS float64   `json:"inference_time_s"`
-	PeakMemoryMB   float64   `json:"peak_memory_mb"`
+	Actual         Actual    `json:"actual,omitzero"`
+	Timing         Timing    `json:"timing,omitzero"`
+	InferenceTimeS float64   `json:"inference_time_s,omitempty"`
+	PeakMemoryMB   float64   `json:"peak_memory_mb,omitempty"`
 	SHA256         string    `json:"sha256,omitempty"`
 	// Raw is the whole object as received (numbers as json.Number), for what a type cannot say.
 	Raw map[string]any `json:"-"`
@@ -108,8 +111,8 @@ type VideoList struct {
 	Object  string  `json:"object"`
 	Data    []Video `json:"data"`
 	HasMore bool    `json:"has_more"`
-	FirstID *string `json:"first_id"`
-	LastID  *string `json:"last_id"`
+	FirstID string  `json:"first_id,omitempty"` // absent on an empty page
+	LastID  string  `json:"last_id,omitempty"`
 }
 
 // Deleted is the answer of DELETE /v1/videos/{id} and /v1/images/{id}.
@@ -209,8 +212,10 @@ type ModelList struct {
 	Data   []Model `json:"data"`
 }
 
-// Strict decodes exactly one JSON value from b into v and fails on a field v does not name or
-// on trailing data. It is how the contract is held; the client's own decoding stays lenient,
+// Strict decodes exactly one JSON value from b into v and fails on a field v does not name,
+// on a field v requires that b lacks (every field whose tag has neither omitempty nor
+// omitzero, at any depth) and on trailing data: a field renamed or dropped on the server's
+// side fails here. It is how the contract is held; the client's own decoding stays lenient,
 // for servers that add fields of their own.
 func Strict(b []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(b))
@@ -221,5 +226,51 @@ func Strict(b []byte, v any) error {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return fmt.Errorf("strict decode into %T: data after the value", v)
 	}
+	var raw any
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return fmt.Errorf("strict decode into %T: %w", v, err)
+	}
+	if missing := required(reflect.TypeOf(v), raw, ""); len(missing) > 0 {
+		return fmt.Errorf("strict decode into %T: missing required field %s", v, strings.Join(missing, ", "))
+	}
 	return nil
+}
+
+var unmarshaler = reflect.TypeFor[json.Unmarshaler]()
+
+// required lists the paths of the fields t requires that raw lacks.
+func required(t reflect.Type, raw any, path string) []string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if raw == nil || reflect.PointerTo(t).Implements(unmarshaler) {
+		return nil // null, or a type that reads itself (time.Time)
+	}
+	var missing []string
+	switch t.Kind() {
+	case reflect.Slice, reflect.Array:
+		items, _ := raw.([]any)
+		for i, it := range items {
+			missing = append(missing, required(t.Elem(), it, fmt.Sprintf("%s[%d]", path, i))...)
+		}
+	case reflect.Struct:
+		obj, _ := raw.(map[string]any)
+		for i := range t.NumField() {
+			f := t.Field(i)
+			name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if !f.IsExported() || name == "-" || name == "" {
+				continue
+			}
+			p := strings.TrimPrefix(path+"."+name, ".")
+			val, ok := obj[name]
+			if !ok {
+				if !strings.Contains(opts, "omitempty") && !strings.Contains(opts, "omitzero") {
+					missing = append(missing, p)
+				}
+				continue
+			}
+			missing = append(missing, required(f.Type, val, p)...)
+		}
+	}
+	return missing
 }
