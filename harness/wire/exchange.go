@@ -111,7 +111,7 @@ func Assess(x Exchange) ([]Finding, error) {
 			case last.Status == api.StatusCompleted:
 				add(Finding{"no-content", fmt.Sprintf("%s: a completed job's content answers HTTP %d", where, s.Response.Status)})
 			case s.Response.Status != 409:
-				add(Finding{"content-not-ready-status", fmt.Sprintf("%s: content of an unfinished job answers HTTP %d, not 409 job_not_complete", where, s.Response.Status)})
+				add(Finding{"content-not-ready-status", fmt.Sprintf("%s: content of a job that is not completed answers HTTP %d, not 409 job_not_complete", where, s.Response.Status)})
 			}
 		case "delete":
 			var d api.Deleted

@@ -116,6 +116,22 @@ func TestAssessCatchesEachDeparture(t *testing.T) {
 			x.Steps[poll+1].Step, x.Steps[poll+1].Response.Body = "poll", mustBody(t, "mediaserve.json", poll)
 			return x
 		}, []string{"progress-jumps"}},
+		"failed job, HTTP 500, no code": {func(x wire.Exchange) wire.Exchange {
+			x = edit(poll, func(b map[string]any) {
+				b["status"], b["error"] = "failed", map[string]any{"message": "boom"}
+				for _, k := range []string{"actual", "url", "sha256", "inference_time_s", "peak_memory_mb"} {
+					delete(b, k)
+				}
+			})(x)
+			x.Steps[poll].Response.Status = 500
+			x.Steps[content].Response.Status, x.Steps[content].Response.ContentType = 422, ""
+			return x
+		}, []string{"failed-job-non-2xx", "job-error-code", "shape", "content-not-ready-status"}},
+		"content type": {func(x wire.Exchange) wire.Exchange {
+			x.Steps = append([]wire.Step(nil), x.Steps...)
+			x.Steps[content].Response.ContentType = "application/octet-stream"
+			return x
+		}, []string{"content-type"}},
 		"no content": {func(x wire.Exchange) wire.Exchange {
 			x.Steps = append([]wire.Step(nil), x.Steps...)
 			x.Steps[content].Response.Status, x.Steps[content].Response.ContentType = 404, ""
