@@ -5,8 +5,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
+	"mediaqual/harness/api"
 	"mediaqual/harness/ledger"
-	"mediaqual/server"
 )
 
 func raw(id, phase, job string, err *ErrorDetails) RawRecord {
@@ -20,7 +20,7 @@ func raw(id, phase, job string, err *ErrorDetails) RawRecord {
 func line(event, req, job, status string) ledger.Entry {
 	e := ledger.Entry{Event: event, RequestID: req, JobID: job, Status: status}
 	if status == "failed" || status == "rejected" {
-		e.Error = &server.JobError{Code: "x", Message: "boom"}
+		e.Error = &api.JobError{Code: "x", Message: "boom"}
 	}
 	return e
 }

@@ -10,6 +10,7 @@ import (
 	"math/big"
 
 	"mediaqual/harness/media"
+	"mediaqual/internal/resize"
 	"mediaqual/models/spec"
 )
 
@@ -88,7 +89,7 @@ func Edit(out, ref image.Image, want spec.Size, c spec.EditContract) (float64, e
 	if b.Dx() != want.W || b.Dy() != want.H {
 		return 0, fail("edit-size", "image is %dx%d, asked %s", b.Dx(), b.Dy(), want)
 	}
-	d, err := media.MeanAbsDiff(out, media.Resize(ref, want.W, want.H))
+	d, err := media.MeanAbsDiff(out, resize.Image(ref, want.W, want.H))
 	if err != nil {
 		return 0, fail("edit-size", "%v", err)
 	}
@@ -151,7 +152,7 @@ func Digest(check, got, declared string) error {
 // gap is spec.GapIgnoresReference and the error names the failed property.
 func Influence(outA, outB, refA, refB image.Image) (gap string, err error) {
 	w, h := outA.Bounds().Dx(), outA.Bounds().Dy()
-	ra, rb := media.Resize(refA, w, h), media.Resize(refB, w, h)
+	ra, rb := resize.Image(refA, w, h), resize.Image(refB, w, h)
 	diff, err := media.MeanAbsDiff(outA, outB)
 	if err != nil {
 		return "", fail("influence-size", "%v", err)

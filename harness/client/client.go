@@ -24,7 +24,7 @@ import (
 	"strings"
 	"time"
 
-	"mediaqual/models/spec"
+	"mediaqual/harness/api"
 )
 
 // DefaultPollEvery is WaitVideo's cadence when Client.PollEvery is zero.
@@ -32,10 +32,10 @@ const DefaultPollEvery = 250 * time.Millisecond
 
 // Job statuses (docs/API.md).
 const (
-	StatusQueued     = "queued"
-	StatusInProgress = "in_progress"
-	StatusCompleted  = "completed"
-	StatusFailed     = "failed"
+	StatusQueued     = api.StatusQueued
+	StatusInProgress = api.StatusInProgress
+	StatusCompleted  = api.StatusCompleted
+	StatusFailed     = api.StatusFailed
 )
 
 // Client talks to one server.
@@ -46,14 +46,8 @@ type Client struct {
 	PollEvery time.Duration // WaitVideo's stated cadence (default 250 ms)
 }
 
-// APIErrorBody is the body of the error envelope {"error": {...}}, and a failed job's error
-// ({code, message}).
-type APIErrorBody struct {
-	Message string `json:"message"`
-	Type    string `json:"type,omitempty"`
-	Param   string `json:"param,omitempty"`
-	Code    string `json:"code"`
-}
+// APIErrorBody is the body of the error envelope {"error": {...}}.
+type APIErrorBody = api.ErrorBody
 
 // APIError is a non-2xx answer.
 type APIError struct {
@@ -85,73 +79,14 @@ func (e *APIError) Error() string {
 	return b.String()
 }
 
-// Model is one entry of GET /v1/models.
-type Model struct {
-	ID            string         `json:"id"`
-	Object        string         `json:"object"`
-	Capabilities  []string       `json:"capabilities"`
-	Family        string         `json:"family"`
-	Profile       string         `json:"profile"`
-	Revision      string         `json:"revision"`
-	Precision     string         `json:"precision"`
-	Runtime       string         `json:"runtime"`
-	QueueCapacity int            `json:"queue_capacity"`
-	Controls      map[string]any `json:"controls"`
-	Defaults      map[string]any `json:"defaults"`
-	Raw           map[string]any `json:"-"` // the whole object; numbers are json.Number
-}
-
-// Has reports whether the model declares capability c.
-func (m Model) Has(c string) bool {
-	for _, x := range m.Capabilities {
-		if x == c {
-			return true
-		}
-	}
-	return false
-}
-
-// Actual and Settings are the wire shapes of models/spec: what a job was asked for after
-// defaults, and what the server reports it produced.
+// The wire types are the harness's own (package api), following docs/API.md.
 type (
-	Actual   = spec.Actual
-	Settings = spec.Settings
+	Model    = api.Model
+	Video    = api.Video
+	Actual   = api.Actual
+	Settings = api.Settings
+	Timing   = api.Timing
 )
-
-// Timing is the server's account of a job's time.
-type Timing struct {
-	QueueMS        float64 `json:"queue_ms"`
-	TaskCallWallMS float64 `json:"task_call_wall_ms"`
-	EncodeMS       float64 `json:"encode_ms"`
-	TotalMS        float64 `json:"total_ms"`
-}
-
-// Video is the video object of POST/GET /v1/videos.
-type Video struct {
-	ID             string         `json:"id"`
-	Object         string         `json:"object"`
-	Model          string         `json:"model"`
-	Status         string         `json:"status"`
-	Progress       int            `json:"progress"`
-	CreatedAt      int64          `json:"created_at"`
-	CompletedAt    *int64         `json:"completed_at"`
-	ExpiresAt      *int64         `json:"expires_at"`
-	Error          *APIErrorBody  `json:"error"`
-	Prompt         string         `json:"prompt"`
-	Size           string         `json:"size"`
-	Seconds        string         `json:"seconds"`
-	Settings       Settings       `json:"settings"`
-	URL            string         `json:"url"`
-	Actual         Actual         `json:"actual"`
-	Timing         Timing         `json:"timing"`
-	InferenceTimeS float64        `json:"inference_time_s"`
-	PeakMemoryMB   float64        `json:"peak_memory_mb"`
-	SHA256         string         `json:"sha256"`
-	Raw            map[string]any `json:"-"` // the whole object; numbers are json.Number
-}
-
-// Terminal reports whether the job has ended (completed or failed).
-func (v Video) Terminal() bool { return v.Status == StatusCompleted || v.Status == StatusFailed }
 
 // Polls is what WaitVideo did.
 type Polls struct {
@@ -176,24 +111,6 @@ type EditResult struct {
 	SHA256         string
 	ExpiresAt      *int64
 	Raw            map[string]any // the whole answer; numbers are json.Number
-}
-
-type editWire struct {
-	ID      string `json:"id"`
-	Created int64  `json:"created"`
-	Model   string `json:"model"`
-	Data    []struct {
-		B64JSON *string `json:"b64_json"`
-		URL     *string `json:"url"`
-	} `json:"data"`
-	Size           string  `json:"size"`
-	OutputFormat   string  `json:"output_format"`
-	Actual         Actual  `json:"actual"`
-	Timing         Timing  `json:"timing"`
-	InferenceTimeS float64 `json:"inference_time_s"`
-	PeakMemoryMB   float64 `json:"peak_memory_mb"`
-	SHA256         string  `json:"sha256"`
-	ExpiresAt      *int64  `json:"expires_at"`
 }
 
 // Ready asks GET /ready and returns nil only for 200.
@@ -258,9 +175,7 @@ func (c *Client) ListVideos(ctx context.Context, limit int) ([]Video, error) {
 	if err != nil {
 		return nil, err
 	}
-	var page struct {
-		Data []Video `json:"data"`
-	}
+	var page api.VideoList
 	return page.Data, r.decode(&page, nil)
 }
 
@@ -339,10 +254,7 @@ func (c *Client) deleteObject(ctx context.Context, route, id string) error {
 	if err != nil {
 		return err
 	}
-	var d struct {
-		ID      string `json:"id"`
-		Deleted bool   `json:"deleted"`
-	}
+	var d api.Deleted
 	if err := r.decode(&d, nil); err != nil {
 		return err
 	}
@@ -369,7 +281,7 @@ func (c *Client) Edit(ctx context.Context, fields map[string]string, image []byt
 	if err != nil {
 		return EditResult{}, err
 	}
-	var w editWire
+	var w api.Edit
 	res := EditResult{}
 	if err := r.decode(&w, &res.Raw); err != nil {
 		return res, err

@@ -22,7 +22,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"mediaqual/models/spec"
+	"mediaqual/harness/api"
 )
 
 // fakeAPI is an httptest server speaking enough of docs/API.md to exercise the client. A job
@@ -281,8 +281,8 @@ func TestVideoRoundTrip(t *testing.T) {
 	require.Len(t, ms, 2)
 	assert.Equal(t, Model{ID: "m-video", Object: "model", Capabilities: []string{"text_to_video"},
 		Family: "fam", Profile: "p/L0", Revision: "r1", Precision: "fp32", Runtime: "in-process",
-		QueueCapacity: 16, Controls: map[string]any{"fps": []any{8.0, 16.0}},
-		Defaults: map[string]any{"fps": 16.0}, Raw: ms[0].Raw}, ms[0])
+		QueueCapacity: 16, Controls: api.Controls{FPS: []int{8, 16}},
+		Defaults: api.Settings{FPS: 16}, Raw: ms[0].Raw}, ms[0])
 	assert.Equal(t, "kept", ms[0].Raw["extra"])
 	assert.True(t, ms[1].Has("image_edit"))
 	assert.False(t, ms[1].Has("text_to_video"))
@@ -306,7 +306,7 @@ func TestVideoRoundTrip(t *testing.T) {
 	assert.Equal(t, 100, v.Progress)
 	assert.Equal(t, Actual{NumFrames: 17, Width: 320, Height: 192, FPS: 16, DurationS: 1.0625,
 		Steps: 4, Guidance: 5, Seed: 9007199254740993, Precision: "fp32"}, v.Actual)
-	assert.Equal(t, Settings{Prompt: "p", Size: spec.Size{W: 320, H: 192}, NumFrames: 17, FPS: 16, Steps: 4, Guidance: 5, Seed: 9007199254740993}, v.Settings)
+	assert.Equal(t, Settings{Prompt: "p", Size: "320x192", NumFrames: 17, FPS: 16, Steps: 4, Guidance: 5, Seed: 9007199254740993}, v.Settings)
 	assert.Equal(t, Timing{QueueMS: 0.1, TaskCallWallMS: 89.5, EncodeMS: 297.4, TotalMS: 390.5}, v.Timing)
 	assert.Equal(t, 0.0895, v.InferenceTimeS)
 	assert.Equal(t, 12.5, v.PeakMemoryMB)
@@ -468,7 +468,7 @@ func TestWaitVideoEnds(t *testing.T) {
 	assert.Equal(t, 3, polls.N)
 	assert.Equal(t, StatusFailed, v.Status)
 	assert.True(t, v.Terminal())
-	assert.Equal(t, &APIErrorBody{Code: "actual_mismatch", Message: "asked 17 frames, got 16"}, v.Error)
+	assert.Equal(t, &api.JobError{Code: "actual_mismatch", Message: "asked 17 frames, got 16"}, v.Error)
 
 	// A non-2xx poll is an error, with the count so far.
 	v, err = c.CreateVideo(ctx(t), map[string]string{"prompt": "x"}, "")

@@ -1,14 +1,42 @@
-// Package ledger reads a server's request ledger (JSON lines, docs/API.md) so the suite can
-// account for every request by its identity.
+// Package ledger reads a server's request ledger (JSON lines, docs/API.md "Request ledger") so
+// the suite can account for every request by its identity. Lines are read through the
+// harness's own Entry, which follows the documented shape, not through the server's Go type.
 package ledger
 
 import (
+	"time"
+
+	"mediaqual/harness/api"
 	"mediaqual/internal/jsonl"
-	"mediaqual/server"
 )
 
-// Entry is one ledger line, in the shape mediaserve writes.
-type Entry = server.LedgerEntry
+// Entry is one ledger line.
+type Entry struct {
+	Time          time.Time         `json:"time"`
+	Event         string            `json:"event"` // job | rejected | delete | expire
+	RequestID     string            `json:"request_id"`
+	CorrelationID string            `json:"correlation_id,omitempty"`
+	Route         string            `json:"route"`
+	Model         string            `json:"model,omitempty"`
+	JobID         string            `json:"job_id,omitempty"`
+	Status        string            `json:"status"` // completed | failed | cancelled | rejected | deleted | expired
+	HTTPStatus    int               `json:"http_status,omitempty"`
+	Error         *api.JobError     `json:"error,omitempty"`
+	Settings      *api.Settings     `json:"settings,omitempty"`
+	Inputs        map[string]string `json:"inputs,omitempty"` // prompt_sha256, reference_sha256, reference_size
+	Output        *Output           `json:"output,omitempty"`
+	Actual        *api.Actual       `json:"actual,omitempty"`
+	Timing        *api.Timing       `json:"timing,omitempty"`
+	FilesRemoved  []string          `json:"files_removed,omitempty"`
+}
+
+// Output digests a job's artifact and the raw frames it was encoded from.
+type Output struct {
+	SHA256       string  `json:"sha256"`
+	Bytes        int64   `json:"bytes"`
+	FramesSHA256 string  `json:"frames_sha256"`
+	PeakMemoryMB float64 `json:"peak_memory_mb"`
+}
 
 // Timing is a job's time split into its parts.
 type Timing = server.Timing

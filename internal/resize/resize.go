@@ -1,4 +1,6 @@
-package media
+// Package resize scales images deterministically. It sits below both fixtures (which pins
+// resized references) and harness/media, so that neither imports the other.
+package resize
 
 import (
 	"image"
@@ -6,9 +8,9 @@ import (
 	"golang.org/x/image/draw"
 )
 
-// Resize scales img to w x h with Catmull-Rom; it returns img itself when the size already
+// Image scales img to w x h with Catmull-Rom; it returns img itself when the size already
 // matches. Deterministic, so the same input always gives the same pixels.
-func Resize(img image.Image, w, h int) image.Image {
+func Image(img image.Image, w, h int) image.Image {
 	if b := img.Bounds(); b.Dx() == w && b.Dy() == h {
 		return img
 	}

@@ -1,0 +1,276 @@
+// Package api holds the wire shapes of the media API as docs/API.md documents them: the video
+// object, the image-edit answer, the models list, the error envelope and the parts they share.
+// The harness reads every server (mediaserve or another) through these types, never through
+// the server's own Go types, so a field renamed on both sides of mediaserve cannot pass
+// unnoticed: the contract test decodes a real mediaserve's answers and ledger with Strict.
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"reflect"
+	"strings"
+)
+
+// Job statuses of the video object.
+const (
+	StatusQueued     = "queued"
+	StatusInProgress = "in_progress"
+	StatusCompleted  = "completed"
+	StatusFailed     = "failed"
+)
+
+// ErrorBody is the body of the error envelope.
+type ErrorBody struct {
+	Message string `json:"message"`
+	Type    string `json:"type"`
+	Param   string `json:"param,omitempty"`
+	Code    string `json:"code"`
+}
+
+// ErrorEnvelope is every non-2xx answer: {"error": {...}}.
+type ErrorEnvelope struct {
+	Error ErrorBody `json:"error"`
+}
+
+// JobError is a failed job's error, in the video object and the ledger.
+type JobError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Settings is what a job was asked for after defaults (the video object's settings, a
+// model's defaults, a ledger line's settings). Size is "WxH".
+type Settings struct {
+	Prompt         string  `json:"prompt"`
+	NegativePrompt string  `json:"negative_prompt,omitempty"`
+	Size           string  `json:"size"`
+	NumFrames      int     `json:"num_frames,omitempty"`
+	FPS            int     `json:"fps,omitempty"`
+	Steps          int     `json:"num_inference_steps"`
+	Guidance       float64 `json:"guidance"`
+	Seed           int64   `json:"seed"`
+}
+
+// Actual is what the server reports the Task produced.
+type Actual struct {
+	NumFrames int     `json:"num_frames,omitempty"`
+	Width     int     `json:"width"`
+	Height    int     `json:"height"`
+	FPS       int     `json:"fps,omitempty"`
+	DurationS float64 `json:"duration_s,omitempty"`
+	Steps     int     `json:"num_inference_steps"`
+	Guidance  float64 `json:"guidance"`
+	Seed      int64   `json:"seed"`
+	Precision string  `json:"precision"`
+}
+
+// Timing is the server's account of a job's time.
+type Timing struct {
+	QueueMS        float64 `json:"queue_ms"`
+	TaskCallWallMS float64 `json:"task_call_wall_ms"`
+	EncodeMS       float64 `json:"encode_ms"`
+	TotalMS        float64 `json:"total_ms"`
+}
+
+// Video is the video object of POST and GET /v1/videos. Timing appears once the job has
+// started; url, actual, inference_time_s, peak_memory_mb and sha256 once it has completed
+// (those are the fields tagged omitempty or omitzero: Strict does not require them).
+type Video struct {
+	ID             string    `json:"id"`
+	Object         string    `json:"object"`
+	Model          string    `json:"model"`
+	Status         string    `json:"status"`
+	Progress       int       `json:"progress"`
+	CreatedAt      int64     `json:"created_at"`
+	CompletedAt    *int64    `json:"completed_at"`
+	ExpiresAt      *int64    `json:"expires_at"`
+	Error          *JobError `json:"error"`
+	Prompt         string    `json:"prompt"`
+	Size           string    `json:"size"`
+	Seconds        string    `json:"seconds"`
+	Settings       Settings  `json:"settings"`
+	URL            string    `json:"url,omitempty"`
+	Actual         Actual    `json:"actual,omitzero"`
+	Timing         Timing    `json:"timing,omitzero"`
+	InferenceTimeS float64   `json:"inference_time_s,omitempty"`
+	PeakMemoryMB   float64   `json:"peak_memory_mb,omitempty"`
+	SHA256         string    `json:"sha256,omitempty"`
+	// Raw is the whole object as received (numbers as json.Number), for what a type cannot say.
+	Raw map[string]any `json:"-"`
+}
+
+// Terminal reports whether the job has ended (completed or failed).
+func (v Video) Terminal() bool { return v.Status == StatusCompleted || v.Status == StatusFailed }
+
+// VideoList is GET /v1/videos.
+type VideoList struct {
+	Object  string  `json:"object"`
+	Data    []Video `json:"data"`
+	HasMore bool    `json:"has_more"`
+	FirstID string  `json:"first_id,omitempty"` // absent on an empty page
+	LastID  string  `json:"last_id,omitempty"`
+}
+
+// Deleted is the answer of DELETE /v1/videos/{id} and /v1/images/{id}.
+type Deleted struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Deleted bool   `json:"deleted"`
+}
+
+// EditData is one item of an edit's data: b64_json, or url for response_format=url.
+type EditData struct {
+	B64JSON *string `json:"b64_json,omitempty"`
+	URL     *string `json:"url,omitempty"`
+}
+
+// Edit is the answer of POST /v1/images/edits.
+type Edit struct {
+	ID             string     `json:"id"`
+	Created        int64      `json:"created"`
+	Model          string     `json:"model"`
+	Data           []EditData `json:"data"`
+	Size           string     `json:"size"`
+	OutputFormat   string     `json:"output_format"`
+	Actual         Actual     `json:"actual"`
+	Timing         Timing     `json:"timing"`
+	InferenceTimeS float64    `json:"inference_time_s"`
+	PeakMemoryMB   float64    `json:"peak_memory_mb"`
+	SHA256         string     `json:"sha256"`
+	ExpiresAt      *int64     `json:"expires_at"`
+}
+
+// IntRange and FloatRange are inclusive bounds of a control.
+type (
+	IntRange struct {
+		Min int `json:"min"`
+		Max int `json:"max"`
+	}
+	FloatRange struct {
+		Min float64 `json:"min"`
+		Max float64 `json:"max"`
+	}
+)
+
+// FrameRule says which frame counts a video model takes: Step*k + Offset within Range.
+type FrameRule struct {
+	Step   int      `json:"step"`
+	Offset int      `json:"offset"`
+	Range  IntRange `json:"range"`
+}
+
+// Controls are the settings a model accepts, as /v1/models declares them.
+type Controls struct {
+	Sizes          []string   `json:"sizes"`
+	AutoSize       bool       `json:"auto_size,omitempty"`
+	Frames         *FrameRule `json:"frames,omitempty"`
+	FPS            []int      `json:"fps,omitempty"`
+	Steps          IntRange   `json:"num_inference_steps"`
+	Guidance       FloatRange `json:"guidance"`
+	GuidanceParam  string     `json:"guidance_param"`
+	NegativePrompt bool       `json:"negative_prompt"`
+}
+
+// Model is one entry of GET /v1/models.
+type Model struct {
+	ID            string   `json:"id"`
+	Object        string   `json:"object"`
+	OwnedBy       string   `json:"owned_by"`
+	Created       int64    `json:"created"`
+	Capabilities  []string `json:"capabilities"`
+	Family        string   `json:"family"`
+	Profile       string   `json:"profile"`
+	Revision      string   `json:"revision"`
+	Precision     string   `json:"precision"`
+	Runtime       string   `json:"runtime"`
+	QueueCapacity int      `json:"queue_capacity"`
+	Controls      Controls `json:"controls"`
+	Defaults      Settings `json:"defaults"`
+	// Fault names the injected fault when the server runs with -fault (self-test only).
+	Fault string `json:"fault,omitempty"`
+	// Raw is the whole object as received (numbers as json.Number).
+	Raw map[string]any `json:"-"`
+}
+
+// Has reports whether the model declares capability c.
+func (m Model) Has(c string) bool {
+	for _, x := range m.Capabilities {
+		if x == c {
+			return true
+		}
+	}
+	return false
+}
+
+// ModelList is GET /v1/models.
+type ModelList struct {
+	Object string  `json:"object"`
+	Data   []Model `json:"data"`
+}
+
+// Strict decodes exactly one JSON value from b into v and fails on a field v does not name,
+// on a field v requires that b lacks (every field whose tag has neither omitempty nor
+// omitzero, at any depth) and on trailing data: a field renamed or dropped on the server's
+// side fails here. It is how the contract is held; the client's own decoding stays lenient,
+// for servers that add fields of their own.
+func Strict(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("strict decode into %T: %w", v, err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return fmt.Errorf("strict decode into %T: data after the value", v)
+	}
+	var raw any
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return fmt.Errorf("strict decode into %T: %w", v, err)
+	}
+	if missing := required(reflect.TypeOf(v), raw, ""); len(missing) > 0 {
+		return fmt.Errorf("strict decode into %T: missing required field %s", v, strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+var unmarshaler = reflect.TypeFor[json.Unmarshaler]()
+
+// required lists the paths of the fields t requires that raw lacks.
+func required(t reflect.Type, raw any, path string) []string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if raw == nil || reflect.PointerTo(t).Implements(unmarshaler) {
+		return nil // null, or a type that reads itself (time.Time)
+	}
+	var missing []string
+	switch t.Kind() {
+	case reflect.Slice, reflect.Array:
+		items, _ := raw.([]any)
+		for i, it := range items {
+			missing = append(missing, required(t.Elem(), it, fmt.Sprintf("%s[%d]", path, i))...)
+		}
+	case reflect.Struct:
+		obj, _ := raw.(map[string]any)
+		for i := range t.NumField() {
+			f := t.Field(i)
+			name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if !f.IsExported() || name == "-" || name == "" {
+				continue
+			}
+			p := strings.TrimPrefix(path+"."+name, ".")
+			val, ok := obj[name]
+			if !ok {
+				if !strings.Contains(opts, "omitempty") && !strings.Contains(opts, "omitzero") {
+					missing = append(missing, p)
+				}
+				continue
+			}
+			missing = append(missing, required(f.Type, val, p)...)
+		}
+	}
+	return missing
+}

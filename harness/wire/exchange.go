@@ -1,0 +1,238 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+
+	"mediaqual/harness/api"
+)
+
+// Exchange is a recorded conversation with one server: a video job (create, polls, content,
+// delete), a refused request and an image edit, each request with the answer it got.
+type Exchange struct {
+	Profile string `json:"profile"`
+	Source  string `json:"source"` // captured how, or reconstructed from which source files
+	Steps   []Step `json:"steps"`
+}
+
+// Step is one request and its answer. Step names: create, poll, content, delete, error, edit.
+type Step struct {
+	Step    string `json:"step"`
+	Request struct {
+		Method      string            `json:"method"`
+		Path        string            `json:"path"`
+		ContentType string            `json:"content_type,omitempty"`
+		Fields      map[string]string `json:"fields,omitempty"` // form fields, or a JSON body's fields as text
+		Files       []string          `json:"files,omitempty"`  // file parts, by field name
+	} `json:"request"`
+	Response struct {
+		Status      int             `json:"status"`
+		ContentType string          `json:"content_type,omitempty"`
+		Body        json.RawMessage `json:"body,omitempty"` // absent for media
+	} `json:"response"`
+}
+
+// ReadExchange loads a recorded exchange.
+func ReadExchange(path string) (Exchange, error) {
+	var x Exchange
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return x, err
+	}
+	if err := api.Strict(b, &x); err != nil {
+		return x, fmt.Errorf("%s: %w", path, err)
+	}
+	return x, nil
+}
+
+// contractFields are the request fields docs/API.md defines for videos and edits.
+var contractFields = []string{"model", "prompt", "size", "seconds", "fps", "num_frames", "num_inference_steps",
+	"guidance_scale", "true_cfg_scale", "negative_prompt", "seed", "n", "response_format", "output_format"}
+
+// Assess lists the exchange's departures from the contract, in the order they appear. Only an
+// exchange that cannot be read (unknown profile, a body that is not JSON where JSON belongs)
+// is an error.
+func Assess(x Exchange) ([]Finding, error) {
+	p, err := ByName(x.Profile)
+	if err != nil {
+		return nil, err
+	}
+	var fs []Finding
+	add := func(more ...Finding) {
+		for _, f := range more {
+			if !slices.Contains(fs, f) {
+				fs = append(fs, f)
+			}
+		}
+	}
+	if _, ok := p.Statuses[api.StatusInProgress]; !ok {
+		add(Finding{"no-in-progress", "the server never reports in_progress: a running job reads as queued"})
+	}
+	var last Video
+	var polled []Video
+	var asked map[string]string
+	for i, s := range x.Steps {
+		where := fmt.Sprintf("step %d (%s %s %s)", i, s.Step, s.Request.Method, s.Request.Path)
+		ok := s.Response.Status >= 200 && s.Response.Status < 300
+		switch s.Step {
+		case "create", "poll":
+			if !ok && s.Step == "create" {
+				_, more := ParseError(s.Response.Status, s.Response.Body)
+				add(more...)
+				continue
+			}
+			if !ok {
+				add(Finding{"failed-job-non-2xx", fmt.Sprintf("%s: the job is answered with HTTP %d", where, s.Response.Status)})
+			}
+			v, more, err := p.ParseVideo(s.Response.Body)
+			if err != nil {
+				return fs, fmt.Errorf("%s: %w", where, err)
+			}
+			add(more...)
+			add(shape("video object", s.Response.Body, &api.Video{})...)
+			if s.Step == "create" {
+				asked = s.Request.Fields
+				add(unknownAccepted(where, asked)...)
+				add(echoes(where, asked, v)...)
+			} else {
+				polled = append(polled, v)
+			}
+			last = v
+		case "content":
+			switch {
+			case ok && s.Response.ContentType == "video/mp4":
+			case ok:
+				add(Finding{"content-type", fmt.Sprintf("%s: content is %q, not video/mp4", where, s.Response.ContentType)})
+			case last.Status == api.StatusCompleted:
+				add(Finding{"no-content", fmt.Sprintf("%s: a completed job's content answers HTTP %d", where, s.Response.Status)})
+			case s.Response.Status != 409:
+				add(Finding{"content-not-ready-status", fmt.Sprintf("%s: content of a job that is not completed answers HTTP %d, not 409 job_not_complete", where, s.Response.Status)})
+			}
+		case "delete":
+			var d api.Deleted
+			if err := api.Strict(s.Response.Body, &d); err != nil || !d.Deleted || d.Object != "video.deleted" {
+				add(Finding{"delete-shape", fmt.Sprintf("%s: answer is not {id, object: \"video.deleted\", deleted: true}: %.120s", where, compact(s.Response.Body))})
+			}
+		case "error":
+			_, more := ParseError(s.Response.Status, s.Response.Body)
+			add(more...)
+		case "edit":
+			if !ok {
+				_, more := ParseError(s.Response.Status, s.Response.Body)
+				add(more...)
+				continue
+			}
+			var raw map[string]any
+			if err := json.Unmarshal(s.Response.Body, &raw); err != nil {
+				return fs, fmt.Errorf("%s: %w", where, err)
+			}
+			add(shape("edit answer", s.Response.Body, &api.Edit{})...)
+			if raw["actual"] == nil {
+				add(Finding{"edit-unconfirmed", fmt.Sprintf("%s: the edit does not say what it produced (no actual)", where)})
+			}
+			if t, _ := taskTime(raw, p.TaskTime); math.IsNaN(t) {
+				add(Finding{"edit-no-timing", fmt.Sprintf("%s: the edit reports no Task time", where)})
+			}
+		default:
+			return fs, fmt.Errorf("%s: unknown step %q", where, s.Step)
+		}
+	}
+	add(progressJumps(polled)...)
+	if last.Status == api.StatusCompleted {
+		add(completed(p, last)...)
+	}
+	return fs, nil
+}
+
+// shape is the strict contract decode as a finding: the first field the body adds, renames
+// or lacks. It names the kind of body, not the step, so one departure repeated on every poll
+// is one finding.
+func shape(kind string, body []byte, into any) []Finding {
+	if err := api.Strict(body, into); err != nil {
+		return []Finding{{"shape", fmt.Sprintf("%s: %v", kind, err)}}
+	}
+	return nil
+}
+
+// unknownAccepted: a create with a field the contract does not define was answered 2xx; the
+// contract rejects it by name, so the server ignores settings silently.
+func unknownAccepted(where string, fields map[string]string) []Finding {
+	var fs []Finding
+	for _, k := range sortedKeys(fields) {
+		if !slices.Contains(contractFields, k) {
+			fs = append(fs, Finding{"unknown-field-accepted", fmt.Sprintf("%s: field %q was accepted, not rejected by name", where, k)})
+		}
+	}
+	return fs
+}
+
+// echoes compares what the object echoes with what was asked: size, and seconds against
+// num_frames/fps.
+func echoes(where string, asked map[string]string, v Video) []Finding {
+	var fs []Finding
+	if s := asked["size"]; s != "" && v.Size != s {
+		fs = append(fs, Finding{"setting-changed", fmt.Sprintf("%s: size %q asked, %q echoed", where, s, v.Size)})
+	}
+	nf, err1 := strconv.Atoi(asked["num_frames"])
+	fps, err2 := strconv.Atoi(asked["fps"])
+	if err1 == nil && err2 == nil && fps > 0 {
+		got, err := strconv.ParseFloat(v.Seconds, 64)
+		if want := float64(nf) / float64(fps); err != nil || got != want {
+			fs = append(fs, Finding{"seconds-echo", fmt.Sprintf("%s: %d frames at %d fps is %gs; the object says seconds %q", where, nf, fps, want, v.Seconds)})
+		}
+	}
+	return fs
+}
+
+// progressJumps: polls saw the job unfinished, yet progress never took a value between 0 and
+// 100, so a client cannot tell a running job from a stuck one.
+func progressJumps(polled []Video) []Finding {
+	unfinished, between := 0, false
+	for _, v := range polled {
+		if v.Status == api.StatusQueued || v.Status == api.StatusInProgress {
+			unfinished++
+		}
+		between = between || (v.Progress > 0 && v.Progress < 100)
+	}
+	if unfinished > 0 && !between {
+		return []Finding{{"progress-jumps", fmt.Sprintf("%d polls of the unfinished job, progress only 0 then 100", unfinished)}}
+	}
+	return nil
+}
+
+// completed checks what a completed job's object must carry.
+func completed(p Profile, v Video) []Finding {
+	var fs []Finding
+	if v.Actual == nil {
+		fs = append(fs, Finding{"settings-unconfirmed", "the completed job does not say what was produced (no actual): ignored settings cannot be told from honoured ones"})
+	}
+	switch {
+	case math.IsNaN(v.TaskTimeS):
+		fs = append(fs, Finding{"no-timing", "the completed job reports no Task time"})
+	case v.TaskTimeOf != "timing.task_call_wall_ms":
+		fs = append(fs, Finding{"timing-not-task", fmt.Sprintf("only %s=%g: %s", v.TaskTimeOf, v.TaskTimeS, p.TaskTimeNote)})
+	}
+	return fs
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+func compact(b []byte) []byte {
+	var out bytes.Buffer
+	if json.Compact(&out, b) != nil {
+		return b
+	}
+	return out.Bytes()
+}
