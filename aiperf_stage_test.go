@@ -16,6 +16,7 @@ import (
 
 	"mediaqual/fixtures"
 	"mediaqual/harness/aiperf"
+	"mediaqual/harness/api"
 	"mediaqual/harness/ledger"
 	"mediaqual/models/spec"
 )
@@ -50,7 +51,7 @@ type servedRequest struct {
 	latencyMS float64 // AIPerf's request_latency
 	creditNS  int64
 	taskMS    float64 // the server's Task-call wall for this request
-	timing    ledger.Timing
+	timing    api.Timing
 	peakMB    float64
 	psnr      float64 // of the decoded artifact against its raw frames, when measured
 	raw       aiperf.RawRecord

@@ -248,7 +248,7 @@ func (j *job) timing() *Timing {
 		t.TaskCallWallMS, t.EncodeMS, t.HandoverMS = ms(p.TaskWall), ms(p.Encode), ms(p.Handover)
 		t.TaskPhasesMS = p.Phases
 		// The rest is the server's own work around them: checks, file digest, bookkeeping.
-		t.OtherMS = max(0, t.TotalMS-t.QueueMS-t.TaskCallWallMS-t.HandoverMS-t.EncodeWaitMS-t.EncodeMS)
+		t.OtherMS = math.Round(max(0, t.TotalMS-t.QueueMS-t.TaskCallWallMS-t.HandoverMS-t.EncodeWaitMS-t.EncodeMS)*1000) / 1000
 	}
 	return t
 }

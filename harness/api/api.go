@@ -66,14 +66,19 @@ type Actual struct {
 	Guidance  float64 `json:"guidance"`
 	Seed      int64   `json:"seed"`
 	Precision string  `json:"precision"`
+	Engine    string  `json:"engine,omitempty"`
 }
 
-// Timing is the server's account of a job's time.
+// Timing is the server's account of a job's time: parts that add up to total_ms (docs/API.md).
 type Timing struct {
-	QueueMS        float64 `json:"queue_ms"`
-	TaskCallWallMS float64 `json:"task_call_wall_ms"`
-	EncodeMS       float64 `json:"encode_ms"`
-	TotalMS        float64 `json:"total_ms"`
+	QueueMS        float64            `json:"queue_ms"`
+	TaskCallWallMS float64            `json:"task_call_wall_ms"`
+	TaskPhasesMS   map[string]float64 `json:"task_phases_ms,omitempty"`
+	HandoverMS     float64            `json:"handover_ms"`
+	EncodeWaitMS   float64            `json:"encode_wait_ms"`
+	EncodeMS       float64            `json:"encode_ms"`
+	OtherMS        float64            `json:"other_ms"`
+	TotalMS        float64            `json:"total_ms"`
 }
 
 // Video is the video object of POST and GET /v1/videos. Timing appears once the job has

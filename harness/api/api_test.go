@@ -19,11 +19,11 @@ const (
  "settings":{"prompt":"p","size":"320x192","num_frames":17,"fps":16,"num_inference_steps":4,"guidance":5,"seed":42},
  "url":"http://127.0.0.1:8000/v1/videos/video_1/content",
  "actual":{"num_frames":17,"width":320,"height":192,"fps":16,"duration_s":1.0625,"num_inference_steps":4,"guidance":5,"seed":42,"precision":"fp32"},
- "timing":{"queue_ms":0.1,"task_call_wall_ms":89.5,"encode_ms":297.4,"total_ms":390.5},
+ "timing":{"queue_ms":0.1,"task_call_wall_ms":89.5,"handover_ms":0,"encode_wait_ms":0,"encode_ms":297.4,"other_ms":3.5,"total_ms":390.5},
  "inference_time_s":0.0895,"peak_memory_mb":0,"sha256":"7cc6"}`
 	ledgerJSON = `{"time":"2026-11-29T10:00:00Z","event":"job","request_id":"r1","route":"POST /v1/videos","model":"ref-t2v",
  "job_id":"video_1","status":"completed","output":{"sha256":"7cc6","bytes":10,"frames_sha256":"ab","peak_memory_mb":0},
- "timing":{"queue_ms":0.1,"task_call_wall_ms":89.5,"encode_ms":297.4,"total_ms":390.5}}`
+ "timing":{"queue_ms":0.1,"task_call_wall_ms":89.5,"handover_ms":0,"encode_wait_ms":0,"encode_ms":297.4,"other_ms":3.5,"total_ms":390.5}}`
 )
 
 func TestStrictAcceptsTheDocumentedShapes(t *testing.T) {

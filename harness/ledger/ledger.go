@@ -38,9 +38,6 @@ type Output struct {
 	PeakMemoryMB float64 `json:"peak_memory_mb"`
 }
 
-// Timing is a job's time split into its parts.
-type Timing = server.Timing
-
 // Read parses the ledger at path; blank lines are skipped, anything else malformed is an error.
 func Read(path string) ([]Entry, error) { return jsonl.Read[Entry](path) }
 
