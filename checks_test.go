@@ -241,3 +241,36 @@ func TestReferenceOutputsAreCompared(t *testing.T) {
 	require.Len(t, errs, 1)
 	assert.ErrorContains(t, errs[0], "check reference-output: mean SSIM")
 }
+
+// TestEncodePSNRMeasuresTheEncoder: equal frames are 100 dB (lossless), a changed pixel
+// lowers it, and raw frames that are not the decoded clip's fail check encode-psnr.
+func TestEncodePSNRMeasuresTheEncoder(t *testing.T) {
+	frames := make([]*image.RGBA, 2)
+	for i := range frames {
+		frames[i] = image.NewRGBA(image.Rect(0, 0, 4, 2))
+		for p := range frames[i].Pix {
+			frames[i].Pix[p] = uint8(10*i + p)
+		}
+	}
+	v, err := spec.PackRGBA(frames)
+	require.NoError(t, err)
+	raw := filepath.Join(t.TempDir(), "frames.rgb")
+	require.NoError(t, os.WriteFile(raw, v.Pix, 0o644))
+
+	p, err := encodePSNR(raw, frames)
+	require.NoError(t, err)
+	assert.Equal(t, 100.0, p)
+
+	changed := image.NewRGBA(frames[1].Rect)
+	copy(changed.Pix, frames[1].Pix)
+	changed.Pix[0] += 20
+	p, err = encodePSNR(raw, []*image.RGBA{frames[0], changed})
+	require.NoError(t, err)
+	assert.Less(t, p, 40.0)
+	assert.Greater(t, p, 20.0)
+
+	_, err = encodePSNR(raw, frames[:1])
+	assert.ErrorContains(t, err, "check encode-psnr: raw frames against the 1 decoded")
+	_, err = encodePSNR(filepath.Join(t.TempDir(), "missing.rgb"), frames)
+	assert.ErrorContains(t, err, "check encode-psnr: the native raw frames")
+}
