@@ -250,6 +250,9 @@ func TestEncodePSNRMeasuresTheEncoder(t *testing.T) {
 		frames[i] = image.NewRGBA(image.Rect(0, 0, 4, 2))
 		for p := range frames[i].Pix {
 			frames[i].Pix[p] = uint8(10*i + p)
+			if p%4 == 3 {
+				frames[i].Pix[p] = 255 // decoded frames are opaque
+			}
 		}
 	}
 	v, err := spec.PackRGBA(frames)
