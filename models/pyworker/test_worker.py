@@ -82,11 +82,27 @@ class EngineTest(unittest.TestCase):
         b, pipe = pw.TorchBackend(), Pipe()
         b.apply_engine(pipe, "eager")
         self.assertIsNone(pipe.transformer.compiled)
-        b.apply_engine(pipe, "regional-compile")
-        self.assertEqual(pipe.transformer.compiled, {"fullgraph": True})
-        self.assertEqual(b.engine, "regional-compile")
         with self.assertRaisesRegex(RuntimeError, "engine 'max' is not one of eager, regional-compile"):
             b.apply_engine(pipe, "max")
+
+    @testing.needs("torch")
+    def test_regional_compile_is_deterministic_inductor(self):
+        import torch._inductor.config as inductor
+
+        class Transformer:
+            compiled = None
+
+            def compile_repeated_blocks(self, **kw):
+                self.compiled = kw
+
+        class Pipe:
+            transformer = Transformer()
+
+        b, pipe = pw.TorchBackend(), Pipe()
+        b.apply_engine(pipe, "regional-compile")
+        self.assertEqual(pipe.transformer.compiled, {"fullgraph": True})
+        self.assertTrue(inductor.deterministic)
+        self.assertEqual(b.engine, "regional-compile")
 
 
 class PhasesTest(unittest.TestCase):

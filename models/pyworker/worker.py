@@ -342,6 +342,14 @@ class TorchBackend:
         if engine not in ENGINES:
             raise RuntimeError("engine %r is not one of %s" % (engine, ", ".join(ENGINES)))
         if engine == "regional-compile":
+            # Inductor picks some kernel configs by timing them, so two processes (the native
+            # path and the server) can pick differently and differ in the last bits (seen on the
+            # H200). Deterministic mode takes its configs by heuristic instead.
+            import torch._inductor.config as inductor
+
+            if not hasattr(inductor, "deterministic"):
+                raise RuntimeError("this torch has no torch._inductor.config.deterministic: regional-compile cannot promise the same bytes in two processes")
+            inductor.deterministic = True
             pipe.transformer.compile_repeated_blocks(fullgraph=True)
         self.engine = engine
 
