@@ -122,7 +122,7 @@ func TestAIPerfRunChecksCatchBrokenRuns(t *testing.T) {
 			Raw: aiperf.RawRecord{Payload: map[string]any{"prompt": prompt}}}
 	}
 	good := []aiperf.Request{req("a cat", true), req("a cat", false), req("a dog", false)}
-	require.NoError(t, checkRun(good, nil, 2, byPrompt))
+	require.NoError(t, checkRun(good, nil, 1, 2, byPrompt))
 
 	for name, c := range map[string]struct {
 		reqs    []aiperf.Request
@@ -135,7 +135,7 @@ func TestAIPerfRunChecksCatchBrokenRuns(t *testing.T) {
 		"two warmups":     {append([]aiperf.Request{req("a dog", true)}, good...), nil, "check aiperf-counts: 2 warmup"},
 		"unpinned prompt": {[]aiperf.Request{req("a cat", true), req("a cat", false), req("a cow", false)}, nil, `check aiperf-inputs: request r-a cow sent prompt "a cow"`},
 	} {
-		err := checkRun(c.reqs, c.execErr, 2, byPrompt)
+		err := checkRun(c.reqs, c.execErr, 1, 2, byPrompt)
 		require.Error(t, err, name)
 		assert.Contains(t, err.Error(), c.want, name)
 	}
@@ -346,4 +346,34 @@ func stagesFor(t *testing.T, id string) []string {
 	e, err := models.Lookup(id)
 	require.NoError(t, err)
 	return stages.For(e)
+}
+
+// Cleanup's delete check accepts only the 404 the contract promises for a deleted job.
+func TestDeletedJobMustAnswer404(t *testing.T) {
+	require.NoError(t, goneAfterDelete("video_1", &client.APIError{Status: 404}))
+	for name, err := range map[string]error{
+		"still there":  nil,
+		"server error": &client.APIError{Status: 500},
+		"conflict":     &client.APIError{Status: 409},
+		"no answer":    fmt.Errorf("dial tcp: connection refused"),
+	} {
+		assert.ErrorContains(t, goneAfterDelete("video_1", err), "check delete:", name)
+	}
+}
+
+// A quick run asks for its counts by environment; a bad value is refused, not defaulted.
+func TestRequestPlan(t *testing.T) {
+	t.Setenv("MEDIAQUAL_WARMUP_REQUESTS", "")
+	t.Setenv("MEDIAQUAL_MEASURED_REQUESTS", "")
+	w, m, err := requestPlan(4)
+	require.NoError(t, err)
+	assert.Equal(t, [2]int{1, 4}, [2]int{w, m}, "pinned: 1 + one per input")
+	t.Setenv("MEDIAQUAL_WARMUP_REQUESTS", "0")
+	t.Setenv("MEDIAQUAL_MEASURED_REQUESTS", "1")
+	w, m, err = requestPlan(4)
+	require.NoError(t, err)
+	assert.Equal(t, [2]int{0, 1}, [2]int{w, m})
+	t.Setenv("MEDIAQUAL_MEASURED_REQUESTS", "0")
+	_, _, err = requestPlan(4)
+	assert.ErrorContains(t, err, "MEDIAQUAL_MEASURED_REQUESTS")
 }
