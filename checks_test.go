@@ -243,6 +243,27 @@ func TestReferenceOutputsAreCompared(t *testing.T) {
 	assert.ErrorContains(t, errs[0], "check reference-output: mean SSIM")
 	assert.InDelta(t, 1.0, r.ssim["cat-sepia"], 1e-9, "the SSIM measured is reported, pass or fail")
 	assert.Less(t, r.ssim["dog-grey"], 0.85)
+	require.NoError(t, os.RemoveAll(refs))
+
+	// Written on request from native outputs, then held to from the next run on.
+	native := map[string]nativeResult{}
+	for key, shift := range map[string]int{"cat-sepia": 0, "dog-grey": 1} {
+		p := filepath.Join(dir, "native", key+".png")
+		writePNG(p, shift)
+		native[key] = nativeResult{path: p}
+	}
+	w := &referenceOutputs{dir: refs}
+	n, err := w.write(native, spec.ImageEdit)
+	require.NoError(t, err)
+	assert.Zero(t, n, "not asked")
+	t.Setenv(envWriteReferenceOutputs, "1")
+	n, err = w.write(native, spec.ImageEdit)
+	require.NoError(t, err)
+	assert.Equal(t, 2, n)
+	assert.NoError(t, w.compare(ctx, "dog-grey", got["cat-sepia"], spec.ImageEdit), "the writing run compares nothing")
+	r, errs = run()
+	assert.Empty(t, errs)
+	assert.Equal(t, 2, r.compared, "the next run holds the outputs to them")
 }
 
 // fakeBundle writes a bundle directory for row e as `hf download --revision commit --local-dir`

@@ -241,6 +241,10 @@ func (q *qualification) correctness(t *testing.T) (string, error) {
 		return "", err
 	}
 	refs := q.referenceOutputs()
+	written, err := refs.write(native, q.entry.Workload)
+	if err != nil {
+		return "", err
+	}
 	defer func() {
 		if refs != nil && len(refs.ssim) > 0 {
 			q.row.ReferenceSSIM = refs.ssim
@@ -278,7 +282,9 @@ func (q *qualification) correctness(t *testing.T) (string, error) {
 	if goldens != nil {
 		summary += " and equal to the goldens"
 	}
-	if refs != nil {
+	if written > 0 {
+		summary += fmt.Sprintf("; wrote %d reference outputs to %s (%s=1): compared from the next run on", written, refs.dir, envWriteReferenceOutputs)
+	} else if refs != nil {
 		summary += "; " + refs.summary()
 	}
 	return summary + digestNote, nil
@@ -300,13 +306,14 @@ type referenceOutputs struct {
 	compared int
 	lowest   float64            // the lowest mean SSIM seen
 	ssim     map[string]float64 // input -> mean SSIM measured, passed or not
+	written  bool               // this run wrote them: nothing to compare
 }
 
 // compare holds one native output's frames (nil when they could not be decoded) to the
 // reference output for its input. A bundle without reference outputs compares nothing; one
 // with them must have one for every pinned input.
 func (r *referenceOutputs) compare(ctx context.Context, key string, got []*image.RGBA, w spec.Capability) error {
-	if r == nil || !r.present() || got == nil {
+	if r == nil || r.written || !r.present() || got == nil {
 		return nil
 	}
 	want, err := decodeAll(ctx, filepath.Join(r.dir, key+extension(w)), w)
@@ -326,6 +333,33 @@ func (r *referenceOutputs) compare(ctx context.Context, key string, got []*image
 	r.compared++
 	r.lowest = min(r.lowest, s)
 	return nil
+}
+
+// envWriteReferenceOutputs, set to 1, makes the correctness stage write its native outputs as
+// the bundle's reference outputs where it has none: the adapter's exact recipe (device,
+// generator, seeds, negative prompt, steps), for a later run on another machine or stack.
+const envWriteReferenceOutputs = "MEDIAQUAL_WRITE_REFERENCE_OUTPUTS"
+
+// write copies each native output to the reference-output directory when asked and the bundle
+// has none yet; it returns how many it wrote (and compare then has nothing to hold them to).
+func (r *referenceOutputs) write(native map[string]nativeResult, w spec.Capability) (int, error) {
+	if r == nil || os.Getenv(envWriteReferenceOutputs) != "1" || r.present() {
+		return 0, nil
+	}
+	if err := os.MkdirAll(r.dir, 0o755); err != nil {
+		return 0, err
+	}
+	for key, n := range native {
+		b, err := os.ReadFile(n.path)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(r.dir, key+extension(w)), b, 0o644)
+		}
+		if err != nil {
+			return 0, fmt.Errorf("writing reference outputs: %w", err)
+		}
+	}
+	r.written = true
+	return len(native), nil
 }
 
 func (r *referenceOutputs) present() bool {
