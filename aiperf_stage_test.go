@@ -42,6 +42,31 @@ func concurrency() int {
 	return 1
 }
 
+// pinnedWarmup is the pinned AIPerf warmup: one request; the pinned measured run is one
+// request per pinned input.
+const pinnedWarmup = 1
+
+// requestPlan is how many warmup and measured requests this run sends: the pinned counts,
+// unless MEDIAQUAL_WARMUP_REQUESTS or MEDIAQUAL_MEASURED_REQUESTS ask for a quick run (fewer
+// measured requests cycle through the first inputs).
+func requestPlan(inputs int) (warmup, measured int, err error) {
+	warmup, measured = pinnedWarmup, inputs
+	for _, v := range []struct {
+		env string
+		n   *int
+		min int
+	}{{"MEDIAQUAL_WARMUP_REQUESTS", &warmup, 0}, {"MEDIAQUAL_MEASURED_REQUESTS", &measured, 1}} {
+		if s := os.Getenv(v.env); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil || n < v.min {
+				return 0, 0, fmt.Errorf("%s=%q: want an integer of at least %d", v.env, s, v.min)
+			}
+			*v.n = n
+		}
+	}
+	return warmup, measured, nil
+}
+
 // servedRequest is one AIPerf request, accounted for and matched to its pinned input.
 type servedRequest struct {
 	item      workItem
@@ -103,9 +128,18 @@ func (q *qualification) aiperfStage(t *testing.T) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	warmup, measured, err := requestPlan(len(items))
+	if err != nil {
+		return "", err
+	}
+	if warmup < pinnedWarmup || measured < len(items) {
+		why := fmt.Sprintf("quick run: %d warmup + %d measured requests, fewer than the pinned %d + %d", warmup, measured, pinnedWarmup, len(items))
+		q.limit(spec.FamilyValidated, why)
+		q.row.Label += " (" + why + ")"
+	}
 	run := aiperf.Run{
 		Model: q.entry.ID, URL: q.server.srv.URL, Tokenizer: tok, InputFile: input, Extra: q.extraInputs(),
-		Warmup: 1, Requests: len(items), Concurrency: concurrency(), ArtifactDir: dir,
+		Warmup: warmup, Requests: measured, Concurrency: concurrency(), ArtifactDir: dir,
 		PollInterval: aiperfPoll, RequestTimeout: requestTimeout(),
 	}
 	run.Endpoint = aiperf.ImageEdit
@@ -132,10 +166,12 @@ func (q *qualification) aiperfStage(t *testing.T) (string, error) {
 		return "", err
 	}
 	q.row.Counts = countRequests(reqs)
+	q.row.Counts["planned_warmup"], q.row.Counts["planned_measured"] = warmup, measured
+	q.row.Counts["pinned_warmup"], q.row.Counts["pinned_measured"] = pinnedWarmup, len(items)
 	if err := aiperf.Account(reqs, entries); err != nil {
 		return "", errors.Join(err, execErr)
 	}
-	if err := checkRun(reqs, execErr, len(items), byPrompt); err != nil {
+	if err := checkRun(reqs, execErr, warmup, measured, byPrompt); err != nil {
 		return "", err
 	}
 	for _, r := range reqs {
@@ -145,7 +181,7 @@ func (q *qualification) aiperfStage(t *testing.T) (string, error) {
 		q.served = append(q.served, servedRequest{item: it, warmup: r.Warmup, requestID: r.XRequestID, jobID: e.JobID,
 			latencyMS: r.LatencyMS, creditNS: r.CreditIssuedNS, taskMS: e.Timing.TaskCallWallMS, timing: *e.Timing, peakMB: e.Output.PeakMemoryMB, raw: r.Raw})
 	}
-	return fmt.Sprintf("AIPerf %s: %s (1 warmup, %d measured); every request maps to exactly one server job", env.Version, aiperf.Summarize(reqs), len(items)), nil
+	return fmt.Sprintf("AIPerf %s: %s (%d warmup, %d measured); every request maps to exactly one server job", env.Version, aiperf.Summarize(reqs), warmup, measured), nil
 }
 
 func countRequests(reqs []aiperf.Request) map[string]int {
@@ -171,15 +207,16 @@ func checkVersion(x aiperf.Exports) error {
 	return nil
 }
 
-// checkRun holds a fully accounted AIPerf run to its plan: a clean exit, one warmup and one
-// measured request per pinned input, and nothing sent but the pinned inputs.
-func checkRun(reqs []aiperf.Request, execErr error, inputs int, byPrompt map[string]workItem) error {
+// checkRun holds a fully accounted AIPerf run to its plan: a clean exit, the planned warmup
+// and measured requests (pinned: one warmup and one per pinned input), and nothing sent but
+// the pinned inputs.
+func checkRun(reqs []aiperf.Request, execErr error, warmup, measured int, byPrompt map[string]workItem) error {
 	if execErr != nil {
 		return fmt.Errorf("check aiperf-exit: every request is accounted for, yet %w", execErr)
 	}
 	c := countRequests(reqs)
-	if c["warmup"] != 1 || c["measured"] != inputs {
-		return fmt.Errorf("check aiperf-counts: %d warmup and %d measured records, want 1 and %d", c["warmup"], c["measured"], inputs)
+	if c["warmup"] != warmup || c["measured"] != measured {
+		return fmt.Errorf("check aiperf-counts: %d warmup and %d measured records, want %d and %d", c["warmup"], c["measured"], warmup, measured)
 	}
 	for _, r := range reqs {
 		prompt, _ := r.Raw.Payload["prompt"].(string)

@@ -21,6 +21,7 @@ import (
 
 	"mediaqual/harness/aiperf"
 	"mediaqual/harness/client"
+	"mediaqual/internal/stages"
 	"mediaqual/models"
 	"mediaqual/models/spec"
 	"mediaqual/server"
@@ -121,7 +122,7 @@ func TestAIPerfRunChecksCatchBrokenRuns(t *testing.T) {
 			Raw: aiperf.RawRecord{Payload: map[string]any{"prompt": prompt}}}
 	}
 	good := []aiperf.Request{req("a cat", true), req("a cat", false), req("a dog", false)}
-	require.NoError(t, checkRun(good, nil, 2, byPrompt))
+	require.NoError(t, checkRun(good, nil, 1, 2, byPrompt))
 
 	for name, c := range map[string]struct {
 		reqs    []aiperf.Request
@@ -134,7 +135,7 @@ func TestAIPerfRunChecksCatchBrokenRuns(t *testing.T) {
 		"two warmups":     {append([]aiperf.Request{req("a dog", true)}, good...), nil, "check aiperf-counts: 2 warmup"},
 		"unpinned prompt": {[]aiperf.Request{req("a cat", true), req("a cat", false), req("a cow", false)}, nil, `check aiperf-inputs: request r-a cow sent prompt "a cow"`},
 	} {
-		err := checkRun(c.reqs, c.execErr, 2, byPrompt)
+		err := checkRun(c.reqs, c.execErr, 1, 2, byPrompt)
 		require.Error(t, err, name)
 		assert.Contains(t, err.Error(), c.want, name)
 	}
@@ -237,9 +238,165 @@ func TestReferenceOutputsAreCompared(t *testing.T) {
 	assert.Equal(t, "2 outputs match the bundle's reference outputs (lowest mean SSIM 1.000, at least 0.850)", r.summary())
 
 	writePNG(filepath.Join(refs, "dog-grey.png"), 23) // another output for the same input
-	_, errs = run()
+	r, errs = run()
 	require.Len(t, errs, 1)
 	assert.ErrorContains(t, errs[0], "check reference-output: mean SSIM")
+	assert.InDelta(t, 1.0, r.ssim["cat-sepia"], 1e-9, "the SSIM measured is reported, pass or fail")
+	assert.Less(t, r.ssim["dog-grey"], 0.85)
+	require.NoError(t, os.RemoveAll(refs))
+
+	// Written on request from native outputs, then held to from the next run on.
+	native := map[string]nativeResult{}
+	for key, shift := range map[string]int{"cat-sepia": 0, "dog-grey": 1} {
+		p := filepath.Join(dir, "native", key+".png")
+		writePNG(p, shift)
+		native[key] = nativeResult{path: p}
+	}
+	w := &referenceOutputs{dir: refs}
+	n, err := w.write(native, spec.ImageEdit)
+	require.NoError(t, err)
+	assert.Zero(t, n, "not asked")
+	t.Setenv(envWriteReferenceOutputs, "1")
+	n, err = w.write(native, spec.ImageEdit)
+	require.NoError(t, err)
+	assert.Equal(t, 2, n)
+	assert.NoError(t, w.compare(ctx, "dog-grey", got["cat-sepia"], spec.ImageEdit), "the writing run compares nothing")
+	r, errs = run()
+	assert.Empty(t, errs)
+	assert.Equal(t, 2, r.compared, "the next run holds the outputs to them")
+}
+
+// fakeBundle writes a bundle directory for row e as `hf download --revision commit --local-dir`
+// leaves it: a file and the client's metadata naming the commit. No weights: nothing may load.
+func fakeBundle(t *testing.T, e spec.Entry, commit string) string {
+	root := t.TempDir()
+	dir := filepath.Join(root, e.Bundle)
+	meta := filepath.Join(dir, ".cache", "huggingface", "download")
+	require.NoError(t, os.MkdirAll(meta, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "model_index.json"), []byte("{}"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(meta, "model_index.json.metadata"), []byte(commit+"\n\"etag\"\n1712656091.123\n"), 0o644))
+	t.Setenv("MEDIAQUAL_BUNDLES", root)
+	t.Setenv("MEDIAQUAL_GPUS", "0")
+	return dir
+}
+
+func inventoryStage(t *testing.T, id string) (*qualification, string, error) {
+	e, err := models.Lookup(id)
+	require.NoError(t, err)
+	row := newRow(e)
+	q := &qualification{t: t, entry: e, row: &row, ctx: context.Background(), native: map[string]nativeResult{}}
+	msg, err := q.inventory(t)
+	return q, msg, err
+}
+
+// A bundle whose revision is not the row's fails the inventory stage, naming both, before
+// anything loads: no native path, no server.
+func TestInventoryFailsOnAnotherRevision(t *testing.T) {
+	const other = "0123456789abcdef0123456789abcdef01234567"
+	for _, id := range []string{"Qwen/Qwen-Image-Edit-2511", "Wan-AI/Wan2.2-TI2V-5B"} { // full and short revisions
+		e, err := models.Lookup(id)
+		require.NoError(t, err)
+		fakeBundle(t, e, other)
+		q, _, err := inventoryStage(t, id)
+		require.Error(t, err, id)
+		assert.Contains(t, err.Error(), "check bundle-revision:", id)
+		assert.Contains(t, err.Error(), e.Revision, id)
+		assert.Contains(t, err.Error(), other, id)
+		assert.Nil(t, q.server, "nothing served")
+		assert.Empty(t, q.native, "nothing run natively")
+
+		// The row's own revision passes (a short one as the prefix of the full commit).
+		full := e.Revision + other[len(e.Revision):]
+		fakeBundle(t, e, full)
+		_, msg, err := inventoryStage(t, id)
+		require.NoError(t, err, id)
+		assert.Contains(t, msg, "bundle revision "+full+" matches the row's "+e.Revision)
+	}
+	assert.Equal(t, "inventory", stagesFor(t, "Qwen/Qwen-Image-Edit-2511")[0], "the inventory stage runs first")
+}
+
+// A bundle that states no revision cannot stand for a row that pins one.
+func TestInventoryFailsOnABundleWithoutRevision(t *testing.T) {
+	e, err := models.Lookup("Qwen/Qwen-Image-Edit-2511")
+	require.NoError(t, err)
+	dir := fakeBundle(t, e, "x")
+	require.NoError(t, os.RemoveAll(filepath.Join(dir, ".cache")))
+	_, _, err = inventoryStage(t, e.ID)
+	assert.ErrorContains(t, err, "check bundle-revision: the row pins revision "+e.Revision+", but the bundle states none")
+
+	// An L0-random bundle is no revision's weights: not held to one, and capped.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "L0-RANDOM.txt"), nil, 0o644))
+	q, msg, err := inventoryStage(t, e.ID)
+	require.NoError(t, err)
+	assert.Contains(t, msg, "L0-random bundle: no revision to check")
+	q.row.Earn()
+	assert.Equal(t, spec.Implemented, q.row.Earned)
+}
+
+// A row without a revision runs, but can earn no more than implemented, and says why.
+func TestRowWithoutRevisionEarnsAtMostImplemented(t *testing.T) {
+	e, err := models.Lookup("Wan-AI/Wan2.1-T2V-1.3B")
+	require.NoError(t, err)
+	require.Empty(t, e.Revision, "the seeds give Wan2.1 no revision")
+	fakeBundle(t, e, "0123456789abcdef0123456789abcdef01234567")
+	q, msg, err := inventoryStage(t, e.ID)
+	require.NoError(t, err)
+	assert.Contains(t, msg, "the row pins no revision, the bundle holds 0123456789abcdef0123456789abcdef01234567")
+	q.row.Earn()
+	assert.Equal(t, spec.Implemented, q.row.Earned)
+	require.Len(t, q.row.Limits, 1)
+	assert.Contains(t, q.row.Limits[0].Why, "nobody pinned these weights")
+}
+
+// The digest of a bundle is held to a published qualification of the same revision.
+func TestBundleDigestComparedWithPublished(t *testing.T) {
+	e, err := models.Lookup("Qwen/Qwen-Image-Edit-2511")
+	require.NoError(t, err)
+	row := newRow(e)
+	q := &qualification{t: t, entry: e, row: &row, commit: e.Revision}
+	msg, err := q.publishedDigest(strings.Repeat("ab", 32))
+	require.NoError(t, err)
+	assert.Contains(t, msg, "no published qualification of revision "+e.Revision, "the published Qwen run was L0-random: not a revision's weights")
+	q.row.Profile = "L0-random"
+	msg, err = q.publishedDigest("x")
+	require.NoError(t, err)
+	assert.Empty(t, msg)
+}
+
+func stagesFor(t *testing.T, id string) []string {
+	e, err := models.Lookup(id)
+	require.NoError(t, err)
+	return stages.For(e)
+}
+
+// Cleanup's delete check accepts only the 404 the contract promises for a deleted job.
+func TestDeletedJobMustAnswer404(t *testing.T) {
+	require.NoError(t, goneAfterDelete("video_1", &client.APIError{Status: 404}))
+	for name, err := range map[string]error{
+		"still there":  nil,
+		"server error": &client.APIError{Status: 500},
+		"conflict":     &client.APIError{Status: 409},
+		"no answer":    fmt.Errorf("dial tcp: connection refused"),
+	} {
+		assert.ErrorContains(t, goneAfterDelete("video_1", err), "check delete:", name)
+	}
+}
+
+// A quick run asks for its counts by environment; a bad value is refused, not defaulted.
+func TestRequestPlan(t *testing.T) {
+	t.Setenv("MEDIAQUAL_WARMUP_REQUESTS", "")
+	t.Setenv("MEDIAQUAL_MEASURED_REQUESTS", "")
+	w, m, err := requestPlan(4)
+	require.NoError(t, err)
+	assert.Equal(t, [2]int{1, 4}, [2]int{w, m}, "pinned: 1 + one per input")
+	t.Setenv("MEDIAQUAL_WARMUP_REQUESTS", "0")
+	t.Setenv("MEDIAQUAL_MEASURED_REQUESTS", "1")
+	w, m, err = requestPlan(4)
+	require.NoError(t, err)
+	assert.Equal(t, [2]int{0, 1}, [2]int{w, m})
+	t.Setenv("MEDIAQUAL_MEASURED_REQUESTS", "0")
+	_, _, err = requestPlan(4)
+	assert.ErrorContains(t, err, "MEDIAQUAL_MEASURED_REQUESTS")
 }
 
 // TestEncodePSNRMeasuresTheEncoder: equal frames are 100 dB (lossless), a changed pixel

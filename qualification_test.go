@@ -24,6 +24,7 @@ import (
 	"mediaqual/internal/casegen"
 	"mediaqual/internal/stages"
 	"mediaqual/models"
+	"mediaqual/models/bundle"
 	"mediaqual/models/spec"
 	"mediaqual/reports"
 )
@@ -116,6 +117,7 @@ type qualification struct {
 	server *servedModel
 	served []servedRequest // the AIPerf run's requests
 	pollMS float64
+	commit string // the revision the bundle states, once the inventory stage has read it
 }
 
 func qualify(t *testing.T, id string) {
@@ -135,6 +137,7 @@ func qualify(t *testing.T, id string) {
 		case q.row.Gap != "":
 			q.row.Outcome = reports.GapDetected
 		}
+		q.row.Earn()
 		record(*q.row)
 	}()
 	q.dir = caseDir(t, e.ID)
@@ -224,13 +227,8 @@ func hardware() string {
 
 // gpuPreCheck says exactly what a GPU run is missing, before anything starts.
 func gpuPreCheck(e spec.Entry) error {
-	root := os.Getenv("MEDIAQUAL_BUNDLES")
-	if root == "" {
-		return fmt.Errorf("check gpu-environment: %s needs its weights: set MEDIAQUAL_BUNDLES to the directory holding %s", e.ID, e.Bundle)
-	}
-	dir := filepath.Join(root, e.Bundle)
-	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-		return fmt.Errorf("check gpu-environment: no bundle for %s at %s (MEDIAQUAL_BUNDLES=%s); put the Hugging Face snapshot there", e.ID, dir, root)
+	if why := bundle.Missing(e); why != "" {
+		return fmt.Errorf("check gpu-environment: %s needs its weights: %s", e.ID, why)
 	}
 	if os.Getenv("MEDIAQUAL_GPUS") == "" {
 		return fmt.Errorf("check gpu-environment: set MEDIAQUAL_GPUS to the CUDA device ids for %s (needs %d GPU(s) with %d GB each)", e.ID, e.GPU.Count, e.GPU.MemoryGB)

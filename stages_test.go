@@ -10,8 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"image"
-	"io"
 	"io/fs"
+	"net/http"
 	"math"
 	"os"
 	"os/exec"
@@ -32,6 +32,7 @@ import (
 	"mediaqual/harness/ledger"
 	"mediaqual/harness/media"
 	"mediaqual/models"
+	"mediaqual/models/bundle"
 	"mediaqual/models/spec"
 	"mediaqual/reports"
 )
@@ -96,14 +97,24 @@ func (q *qualification) inventory(t *testing.T) (string, error) {
 	if p := q.entry.Problems(); len(p) > 0 {
 		return "", fmt.Errorf("check inventory-row: %s", strings.Join(p, "; "))
 	}
+	revision := ""
 	if q.entry.GPU != nil {
-		if err := gpuPreCheck(q.entry); err != nil {
-			return "", err
+		if why := bundle.Missing(q.entry); why != "" {
+			return "", fmt.Errorf("check gpu-environment: %s", why)
 		}
 		// A bundle of random weights proves mechanics and timing only; every report says so.
-		if _, err := os.Stat(filepath.Join(os.Getenv("MEDIAQUAL_BUNDLES"), q.entry.Bundle, l0Marker)); err == nil {
+		if bundle.IsL0(bundle.Dir(q.entry)) {
 			q.row.Profile = "L0-random"
 			q.row.Label = reports.Label(q.row.Profile)
+			q.limit(spec.Implemented, "L0-random weights prove mechanics and timing only")
+		}
+		// The weights are identified before anything loads them.
+		var err error
+		if revision, err = q.revision(); err != nil {
+			return "", err
+		}
+		if err := gpuPreCheck(q.entry); err != nil {
+			return "", err
 		}
 	}
 	if q.entry.Status == spec.Excluded {
@@ -112,8 +123,64 @@ func (q *qualification) inventory(t *testing.T) (string, error) {
 	if q.entry.NewTask == nil && len(q.entry.Worker) == 0 {
 		return "", fmt.Errorf("check inventory-task: %s is %s and has no native Task to run (%s)", q.entry.ID, q.entry.Status, q.entry.Note)
 	}
-	return fmt.Sprintf("row complete; status %s; reconciled against /v1/models in serve", q.entry.Status), nil
+	return fmt.Sprintf("row complete; status %s%s; reconciled against /v1/models in serve", q.entry.Status, revision), nil
 }
+
+// revision holds the commit the bundle states to the row's revision (check bundle-revision)
+// and returns what it established. A row without a revision runs, but can earn no more than
+// implemented; an L0-random bundle is no revision's weights, so it is not held to one.
+func (q *qualification) revision() (string, error) {
+	dir, want := bundle.Dir(q.entry), q.entry.Revision
+	commit, source, err := bundle.Revision(dir)
+	if err != nil {
+		return "", fmt.Errorf("check bundle-revision: %w", err)
+	}
+	q.commit = commit
+	switch {
+	case bundle.IsL0(dir) && commit == "":
+		return "; L0-random bundle: no revision to check", nil
+	case want == "":
+		stated := "states none either"
+		if commit != "" {
+			stated = "holds " + commit + " (" + source + ")"
+		}
+		q.limit(spec.Implemented, "the row pins no revision (the bundle "+stated+"): nobody pinned these weights")
+		return "; the row pins no revision, the bundle " + stated, nil
+	}
+	if err := check.Revision(want, commit, source); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("; bundle revision %s matches the row's %s", commit, want), nil
+}
+
+// limit records what keeps this run below the top of the ladder.
+func (q *qualification) limit(ceiling spec.Status, why string) {
+	q.row.Limits = append(q.row.Limits, reports.Limit{Ceiling: ceiling, Why: why})
+}
+
+// publishedDigest holds the bundle's digest to the one a published qualification of the same
+// revision on real weights recorded (check bundle-digest), and says what it compared.
+func (q *qualification) publishedDigest(sum string) (string, error) {
+	if q.commit == "" || q.row.Profile != "full" {
+		return "", nil
+	}
+	rows, from, err := reports.Published(publishedDir)
+	if err != nil {
+		return "", err
+	}
+	for i, r := range rows {
+		if r.Checkpoint == q.entry.ID && r.Profile == "full" && r.Bundle["revision"] == q.commit {
+			if err := check.BundleDigest(sum, r.Bundle["sha256"], from[i]); err != nil {
+				return "", err
+			}
+			return "; bundle digest equals " + from[i] + "'s", nil
+		}
+	}
+	return "; no published qualification of revision " + q.commit + " to compare the bundle digest with", nil
+}
+
+// publishedDir holds the published runs (the module root is the root package's directory).
+const publishedDir = "reports/published"
 
 // correctness runs the family's native path on every pinned input and applies the family's
 // criteria there, before any server is involved.
@@ -122,7 +189,7 @@ func (q *qualification) correctness(t *testing.T) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	bundleHashed := func() error { return nil }
+	bundleHashed := func() (string, error) { return "", nil }
 	if q.entry.Bundle == "" {
 		// The reference families are compiled into mediaserve, so the binary is the bundle.
 		sum := sha256.New()
@@ -130,7 +197,7 @@ func (q *qualification) correctness(t *testing.T) (string, error) {
 		sum.Write(bin)
 		q.row.Bundle = map[string]string{"served": "mediaserve " + q.entry.ID + "@" + q.entry.Revision, "sha256": hex.EncodeToString(sum.Sum(nil))[:16]}
 	} else {
-		dir := filepath.Join(os.Getenv("MEDIAQUAL_BUNDLES"), q.entry.Bundle)
+		dir := bundle.Dir(q.entry)
 		// Hashing tens of GB takes as long as a few Tasks: it runs on the CPU while the native
 		// path runs on the GPU.
 		type hashed struct {
@@ -140,15 +207,19 @@ func (q *qualification) correctness(t *testing.T) (string, error) {
 		}
 		done := make(chan hashed, 1)
 		go func() {
-			d, n, err := bundleDigest(dir)
+			d, n, _, err := bundle.Digest(dir)
 			done <- hashed{d, n, err}
 		}()
-		bundleHashed = func() error {
+		bundleHashed = func() (string, error) {
 			d := <-done
-			if d.err == nil {
-				q.row.Bundle = map[string]string{"served": dir, "sha256": d.sum[:16], "files": strconv.Itoa(d.n)}
+			if d.err != nil {
+				return "", d.err
 			}
-			return d.err
+			q.row.Bundle = map[string]string{"served": dir, "sha256": d.sum[:16], "files": strconv.Itoa(d.n)}
+			if q.commit != "" {
+				q.row.Bundle["revision"] = q.commit
+			}
+			return q.publishedDigest(d.sum)
 		}
 		if out, err := exec.Command("python3", "-c", "import torch, diffusers; print(torch.__version__, diffusers.__version__)").Output(); err == nil {
 			if f := strings.Fields(string(out)); len(f) == 2 {
@@ -164,13 +235,23 @@ func (q *qualification) correctness(t *testing.T) (string, error) {
 	// Every input runs natively even after one fails a check, so identity has a native
 	// counterpart for each and the message lists every failure.
 	native, err := q.runNative(items)
-	if herr := bundleHashed(); herr != nil {
+	digestNote, herr := bundleHashed()
+	if herr != nil {
 		return "", herr
 	}
 	if err != nil {
 		return "", err
 	}
 	refs := q.referenceOutputs()
+	written, err := refs.write(native, q.entry.Workload)
+	if err != nil {
+		return "", err
+	}
+	defer func() {
+		if refs != nil && len(refs.ssim) > 0 {
+			q.row.ReferenceSSIM = refs.ssim
+		}
+	}()
 	var failed []error
 	for _, it := range items {
 		n := native[it.key]
@@ -203,10 +284,12 @@ func (q *qualification) correctness(t *testing.T) (string, error) {
 	if goldens != nil {
 		summary += " and equal to the goldens"
 	}
-	if refs != nil {
+	if written > 0 {
+		summary += fmt.Sprintf("; wrote %d reference outputs to %s (%s=1): compared from the next run on", written, refs.dir, envWriteReferenceOutputs)
+	} else if refs != nil {
 		summary += "; " + refs.summary()
 	}
-	return summary, nil
+	return summary + digestNote, nil
 }
 
 // referenceOutputs is the row's criterion against the reference outputs its bundle carries
@@ -223,14 +306,16 @@ type referenceOutputs struct {
 	dir      string
 	c        spec.ReferenceOutputs
 	compared int
-	lowest   float64 // the lowest mean SSIM seen
+	lowest   float64            // the lowest mean SSIM seen
+	ssim     map[string]float64 // input -> mean SSIM measured, passed or not
+	written  bool               // this run wrote them: nothing to compare
 }
 
 // compare holds one native output's frames (nil when they could not be decoded) to the
 // reference output for its input. A bundle without reference outputs compares nothing; one
 // with them must have one for every pinned input.
 func (r *referenceOutputs) compare(ctx context.Context, key string, got []*image.RGBA, w spec.Capability) error {
-	if r == nil || !r.present() || got == nil {
+	if r == nil || r.written || !r.present() || got == nil {
 		return nil
 	}
 	want, err := decodeAll(ctx, filepath.Join(r.dir, key+extension(w)), w)
@@ -238,12 +323,45 @@ func (r *referenceOutputs) compare(ctx context.Context, key string, got []*image
 		return fmt.Errorf("check reference-output: %s: %w", key, err)
 	}
 	s, err := check.ReferenceOutput(got, want, r.c)
+	if !math.IsNaN(s) && (err == nil || s != 0) {
+		if r.ssim == nil {
+			r.ssim = map[string]float64{}
+		}
+		r.ssim[key] = s
+	}
 	if err != nil {
 		return err
 	}
 	r.compared++
 	r.lowest = min(r.lowest, s)
 	return nil
+}
+
+// envWriteReferenceOutputs, set to 1, makes the correctness stage write its native outputs as
+// the bundle's reference outputs where it has none: the adapter's exact recipe (device,
+// generator, seeds, negative prompt, steps), for a later run on another machine or stack.
+const envWriteReferenceOutputs = "MEDIAQUAL_WRITE_REFERENCE_OUTPUTS"
+
+// write copies each native output to the reference-output directory when asked and the bundle
+// has none yet; it returns how many it wrote (and compare then has nothing to hold them to).
+func (r *referenceOutputs) write(native map[string]nativeResult, w spec.Capability) (int, error) {
+	if r == nil || os.Getenv(envWriteReferenceOutputs) != "1" || r.present() {
+		return 0, nil
+	}
+	if err := os.MkdirAll(r.dir, 0o755); err != nil {
+		return 0, err
+	}
+	for key, n := range native {
+		b, err := os.ReadFile(n.path)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(r.dir, key+extension(w)), b, 0o644)
+		}
+		if err != nil {
+			return 0, fmt.Errorf("writing reference outputs: %w", err)
+		}
+	}
+	r.written = true
+	return len(native), nil
 }
 
 func (r *referenceOutputs) present() bool {
@@ -309,8 +427,12 @@ func (q *qualification) runNative(items []workItem) (map[string]nativeResult, er
 	if err := os.WriteFile(batchPath, batch.Bytes(), 0o644); err != nil {
 		return nil, err
 	}
+	timeout, _, err := bundle.LoadTimeout(q.entry)
+	if err != nil {
+		return nil, err
+	}
 	cmd := exec.CommandContext(q.ctx, mediaserveBin, "task", "-model", q.entry.ID, "-capability", string(q.entry.Workload),
-		"-batch", batchPath, "-raw", "-engine", os.Getenv("MEDIAQUAL_ENGINE"))
+		"-batch", batchPath, "-load-timeout", timeout.String(), "-raw", "-engine", os.Getenv("MEDIAQUAL_ENGINE"))
 	cmd.Env = append(os.Environ(), rootEnv())
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("native path: %v\n%s", err, out)
@@ -402,16 +524,26 @@ func (q *qualification) serve(t *testing.T) (string, error) {
 		Args: []string{"-port", "0", "-model", q.entry.ID, "-artifact-dir", s.artifactDir, "-ledger", s.ledgerPath,
 			"-engine", os.Getenv("MEDIAQUAL_ENGINE")},
 	}
+	timeout, from, err := bundle.LoadTimeout(q.entry)
+	if err != nil {
+		return "", fmt.Errorf("check launch: %w", err)
+	}
+	// The worker's own load timeout ends first and names the row; readiness waits a minute more
+	// for the process around it.
+	cfg.Args = append(cfg.Args, "-load-timeout", timeout.String())
+	cfg.ReadyTimeout = timeout + time.Minute
 	if f := os.Getenv(envFault); f != "" {
 		// The fault self-test (faults_test.go) serves a deliberately broken server; the row
 		// says so, and the stages must catch it.
 		cfg.Args = append(cfg.Args, "-fault", f)
 		q.row.Note = "FAULT INJECTED (" + f + "): not a qualification; " + q.row.Note
 	}
+	start := time.Now()
 	srv, err := launch.Launch(cfg)
 	if err != nil {
-		return "", fmt.Errorf("check launch: %w", err)
+		return "", fmt.Errorf("check launch: %w\n%s", err, bundle.RaiseHint(timeout, from))
 	}
+	q.row.Load = &reports.Load{ReadyS: time.Since(start).Seconds(), TimeoutS: timeout.Seconds(), From: from}
 	q.t.Cleanup(func() { _ = srv.Stop() })
 	s.srv = srv
 	s.api = &client.Client{BaseURL: srv.URL, PollEvery: pollEvery}
@@ -436,7 +568,7 @@ func (q *qualification) serve(t *testing.T) (string, error) {
 			q.row.Mode = "mediaserve launched by the suite, " + m.Runtime + " Task runtime"
 		}
 	}
-	return fmt.Sprintf("ready at %s; /v1/models reconciles with the inventory", srv.URL), nil
+	return fmt.Sprintf("ready at %s in %.1f s (load timeout %s, from %s); /v1/models reconciles with the inventory", srv.URL, q.row.Load.ReadyS, timeout, from), nil
 }
 
 // reconcile fails when the server declares a model or capability the inventory does not back.
@@ -692,7 +824,7 @@ func (q *qualification) timing(t *testing.T) (string, error) {
 	}
 	if chart, err := reports.LatencyChart(points); err != nil {
 		return "", err
-	} else if err := q.picture(reports.LatencyKind, fmt.Sprintf("Latency per request: %s (1 warmup, %d measured)", q.entry.ID, len(lat)), "latency.png", chart); err != nil {
+	} else if err := q.picture(reports.LatencyKind, fmt.Sprintf("Latency per request: %s (%d warmup, %d measured)", q.entry.ID, len(q.served)-len(lat), len(lat)), "latency.png", chart); err != nil {
 		return "", err
 	}
 	q.t.Attr("client_p50_ms", fmt.Sprintf("%.1f", tm.ClientP50MS))
@@ -854,8 +986,9 @@ func (q *qualification) cleanup(t *testing.T) (string, error) {
 		if err := api.DeleteVideo(q.ctx, id); err != nil {
 			return "", fmt.Errorf("check delete: %w", err)
 		}
-		if _, err := api.GetVideo(q.ctx, id); err == nil {
-			return "", fmt.Errorf("check delete: %s still answers after delete", id)
+		_, err := api.GetVideo(q.ctx, id)
+		if err := goneAfterDelete(id, err); err != nil {
+			return "", err
 		}
 	}
 	if left, err := listDir(q.server.artifactDir); err != nil || len(left) > 0 {
@@ -870,45 +1003,24 @@ func (q *qualification) cleanup(t *testing.T) (string, error) {
 	return fmt.Sprintf("%d jobs deleted; no artifact left; clean exit", len(ids)), nil
 }
 
-// bundleDigest identifies exactly what was served: sha256 over every file's relative path and
-// content, in path order.
-func bundleDigest(dir string) (string, int, error) {
-	var paths []string
-	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
-			paths = append(paths, p)
-		}
-		return err
-	})
-	if err != nil {
-		return "", 0, fmt.Errorf("bundle %s: %w", dir, err)
-	}
-	sort.Strings(paths)
-	sum := sha256.New()
-	for _, p := range paths {
-		rel, _ := filepath.Rel(dir, p)
-		f, err := os.Open(p)
-		if err != nil {
-			return "", 0, err
-		}
-		fmt.Fprintf(sum, "%s\x00", rel)
-		_, err = io.Copy(sum, f)
-		f.Close()
-		if err != nil {
-			return "", 0, err
-		}
-	}
-	return hex.EncodeToString(sum.Sum(nil)), len(paths), nil
-}
-
-// l0Marker is the file an L0 bundle (random weights, models/<family>/build_l0.py) carries.
-const l0Marker = "L0-RANDOM.txt"
-
 // rootEnv tells mediaserve where the module is, so a family's worker script is found whatever
 // directory the server runs in.
 func rootEnv() string {
 	root, _ := os.Getwd() // go test runs the root package in the module root
 	return "MEDIAQUAL_ROOT=" + root
+}
+
+// goneAfterDelete holds what GET answered for a deleted job to the contract: 404. Any other
+// error (a 500, a dropped connection) is not evidence that the job is gone.
+func goneAfterDelete(id string, err error) error {
+	var apiErr *client.APIError
+	switch {
+	case err == nil:
+		return fmt.Errorf("check delete: %s still answers after delete", id)
+	case !errors.As(err, &apiErr) || apiErr.Status != http.StatusNotFound:
+		return fmt.Errorf("check delete: GET %s after delete: want 404, got %v", id, err)
+	}
+	return nil
 }
 
 func listDir(dir string) ([]string, error) {

@@ -102,6 +102,68 @@ type Row struct {
 	Duration      string    `json:"duration"`
 	// Pictures are images written under the report directory for this row.
 	Pictures []Picture `json:"pictures,omitempty"`
+	// Load is how long the served weights took to load, against the timeout that applied.
+	Load *Load `json:"load,omitempty"`
+	// ReferenceSSIM is the mean SSIM measured against each reference output, per input.
+	ReferenceSSIM map[string]float64 `json:"reference_ssim,omitempty"`
+	// Limits are what keeps this run's evidence below the top of the ladder; Earned is the rung
+	// it supports (set by Earn), empty for a failed run or a row that is not a model.
+	Limits []Limit      `json:"limits,omitempty"`
+	Earned spec.Status `json:"earned,omitempty"`
+}
+
+// Load is a served model's load: from start to ready, and the timeout it ran under.
+type Load struct {
+	ReadyS   float64 `json:"ready_s"`
+	TimeoutS float64 `json:"timeout_s"`
+	From     string  `json:"timeout_from"` // where the timeout came from
+}
+
+// Limit caps what a run can earn: the highest rung it allows, and why.
+type Limit struct {
+	Ceiling spec.Status `json:"ceiling"`
+	Why     string      `json:"why"`
+}
+
+// Earn sets the rung a finished row's evidence supports: a passed model run earns
+// aiperf-qualified unless a limit holds it lower; a failed run, and anything that is not a
+// model (reference families), earns nothing.
+func (r *Row) Earn() {
+	r.Earned = ""
+	if r.Outcome != Passed || strings.HasPrefix(r.Profile, "reference") {
+		return
+	}
+	r.Earned = spec.AIPerfQualified
+	for _, l := range r.Limits {
+		if l.Ceiling.Rank() < r.Earned.Rank() {
+			r.Earned = l.Ceiling
+		}
+	}
+}
+
+// Published reads the rows of every published run (dir/*/results.json).
+func Published(dir string) ([]Row, []string, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*", "results.json"))
+	if err != nil {
+		return nil, nil, err
+	}
+	var rows []Row
+	var from []string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, nil, err
+		}
+		var rep Report
+		if err := json.Unmarshal(b, &rep); err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", f, err)
+		}
+		for _, r := range rep.Rows {
+			rows = append(rows, r)
+			from = append(from, f)
+		}
+	}
+	return rows, from, nil
 }
 
 // Label says what a row may be presented as, from its profile.

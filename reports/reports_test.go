@@ -61,3 +61,18 @@ func TestLabelNeverClaimsMore(t *testing.T) {
 	assert.Contains(t, Label("L0-random"), "not quality")
 	assert.Equal(t, "model", Label("full"))
 }
+
+func TestEarnNeverExceedsALimit(t *testing.T) {
+	row := Row{Profile: "full", Outcome: Passed}
+	row.Earn()
+	assert.Equal(t, spec.AIPerfQualified, row.Earned)
+	row.Limits = []Limit{{spec.FamilyValidated, "quick run"}, {spec.Implemented, "no pinned revision"}}
+	row.Earn()
+	assert.Equal(t, spec.Implemented, row.Earned, "the lowest ceiling holds")
+	row.Outcome = Failed
+	row.Earn()
+	assert.Empty(t, row.Earned)
+	ref := Row{Profile: "reference/L0", Outcome: Passed}
+	ref.Earn()
+	assert.Empty(t, ref.Earned, "a reference family is not a model")
+}

@@ -54,6 +54,27 @@ func details(row Row) []detail {
 	if row.Note != "" {
 		add("note", "%s", row.Note)
 	}
+	if row.Earned != "" {
+		add("earned", "%s", row.Earned)
+	}
+	for _, l := range row.Limits {
+		add("limit", "at most %s: %s", l.Ceiling, l.Why)
+	}
+	if l := row.Load; l != nil {
+		add("load", "ready in %.1f s (timeout %.0f s, from %s)", l.ReadyS, l.TimeoutS, l.From)
+	}
+	if len(row.ReferenceSSIM) > 0 {
+		keys := make([]string, 0, len(row.ReferenceSSIM))
+		for k := range row.ReferenceSSIM {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		parts := make([]string, len(keys))
+		for i, k := range keys {
+			parts[i] = fmt.Sprintf("%s %.3f", k, row.ReferenceSSIM[k])
+		}
+		add("reference SSIM", "%s", strings.Join(parts, ", "))
+	}
 	if s := row.Settings; s != nil {
 		frames := ""
 		if s.NumFrames > 0 {

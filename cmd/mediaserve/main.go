@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -12,8 +13,10 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"mediaqual/models"
+	"mediaqual/models/bundle"
 	"mediaqual/models/spec"
 	"mediaqual/server"
 	"mediaqual/server/worker"
@@ -44,9 +47,9 @@ func (l *listFlag) String() string     { return strings.Join(*l, ",") }
 func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
 // buildModel makes the Task for a checkpoint: in process when the family is Go, otherwise its
-// long-lived worker process.
-// engine, when set, replaces the row's engine (e.g. eager for a compiled row).
-func buildModel(cp spec.Checkpoint, engine string, log *slog.Logger) (server.Model, error) {
+// long-lived worker process, which must be ready within loadTimeout. engine, when set,
+// replaces the row's engine (e.g. eager for a compiled row).
+func buildModel(cp spec.Checkpoint, engine string, log *slog.Logger, loadTimeout time.Duration) (server.Model, error) {
 	cp, err := withEngine(cp, engine)
 	if err != nil {
 		return server.Model{}, err
@@ -61,8 +64,9 @@ func buildModel(cp spec.Checkpoint, engine string, log *slog.Logger) (server.Mod
 	t := worker.New(worker.Config{
 		// No ScratchDir: the worker's per-job files go to a private temporary directory that
 		// Close removes, never into the artifact directory.
-		Argv: resolveArgv(cp.Worker),
-		Log:  slogWriter{log.With("worker", cp.ID)},
+		Argv:        resolveArgv(cp.Worker),
+		Log:         slogWriter{log.With("worker", cp.ID)},
+		LoadTimeout: loadTimeout,
 	})
 	return server.Model{Checkpoint: cp, Task: t, Runtime: "worker"}, nil
 }
@@ -109,9 +113,21 @@ func (w slogWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func selectModels(ids []string) ([]spec.Checkpoint, error) {
+// selectModels resolves -model flags. Without any it serves every row that can load here: the
+// in-process families always, a worker family only when its bundle is present (otherwise a log
+// line says which bundle is missing), so the default works on a machine without weights.
+func selectModels(ids []string, log *slog.Logger) ([]spec.Checkpoint, error) {
 	if len(ids) == 0 {
-		return models.Servable(), nil
+		var cps []spec.Checkpoint
+		for _, cp := range models.Servable() {
+			e, _ := models.Lookup(cp.ID)
+			if why := bundle.Missing(e); cp.NewTask == nil && why != "" {
+				log.Info("not serving by default: its bundle is missing (name it with -model to fail instead)", "model", cp.ID, "bundle", why)
+				continue
+			}
+			cps = append(cps, cp)
+		}
+		return cps, nil
 	}
 	var cps []spec.Checkpoint
 	for _, id := range ids {
@@ -127,15 +143,62 @@ func selectModels(ids []string) ([]spec.Checkpoint, error) {
 	return cps, nil
 }
 
-func loadAll(ctx context.Context, ms []server.Model) error {
+// loadTimeout is how long a checkpoint's load may take: the -load-timeout flag when set, else
+// the row's (bundle.LoadTimeout: MEDIAQUAL_LOAD_TIMEOUT, the row, the bundle's size).
+func loadTimeout(id string, flag time.Duration) (time.Duration, string, error) {
+	if flag > 0 {
+		return flag, "-load-timeout", nil
+	}
+	e, err := models.Lookup(id)
+	if err != nil {
+		return 0, "", err
+	}
+	return bundle.LoadTimeout(e)
+}
+
+// loadAll loads every model before serving.
+func loadAll(ctx context.Context, ms []server.Model, flag time.Duration) error {
 	for _, m := range ms {
 		if l, ok := m.Task.(spec.Loader); ok {
 			if err := l.Load(ctx); err != nil {
-				return fmt.Errorf("loading %s: %w", m.Checkpoint.ID, err)
+				return explainLoad(fmt.Errorf("loading %s: %w", m.Checkpoint.ID, err), []server.Model{m}, flag)
 			}
 		}
 	}
 	return nil
+}
+
+// explainLoad adds to a load that ran out of time which timeout applied and how to raise it.
+func explainLoad(err error, ms []server.Model, flag time.Duration) error {
+	var se *spec.Error
+	if !errors.As(err, &se) || se.Code != worker.CodeLoadTimeout {
+		return err
+	}
+	var hints []string
+	for _, m := range ms {
+		if len(m.Checkpoint.Worker) > 0 {
+			d, from, _ := loadTimeout(m.Checkpoint.ID, flag)
+			hints = append(hints, m.Checkpoint.ID+": "+bundle.RaiseHint(d, from))
+		}
+	}
+	return fmt.Errorf("%w; %s (or the -load-timeout flag)", err, strings.Join(hints, "; "))
+}
+
+// buildModels makes every checkpoint's Task with its load timeout.
+func buildModels(cps []spec.Checkpoint, engine string, log *slog.Logger, flag time.Duration) ([]server.Model, error) {
+	var ms []server.Model
+	for _, cp := range cps {
+		d, _, err := loadTimeout(cp.ID, flag)
+		if err != nil {
+			return nil, err
+		}
+		m, err := buildModel(cp, engine, log, d)
+		if err != nil {
+			return nil, err
+		}
+		ms = append(ms, m)
+	}
+	return ms, nil
 }
 
 func closeAll(ms []server.Model) {

@@ -29,13 +29,14 @@ func serve(args []string, log *slog.Logger) error {
 	keep := fs.Bool("keep-artifacts", false, "leave artifacts on disk at shutdown")
 	engine := fs.String("engine", "", "run every model that offers the choice with this engine (eager, regional-compile; default: each row's)")
 	fault := fs.String("fault", "", "switch on one deliberately broken behaviour, for the suite's self-test only (docs/FAULTS.md)")
+	loadFlag := fs.Duration("load-timeout", 0, "how long a model's load may take (default: from its row or bundle size; env MEDIAQUAL_LOAD_TIMEOUT)")
 	var ids listFlag
 	fs.Var(&ids, "model", "checkpoint id to serve (repeatable; default: every servable checkpoint)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 
-	cps, err := selectModels(ids)
+	cps, err := selectModels(ids, log)
 	if err != nil {
 		return err
 	}
@@ -57,13 +58,9 @@ func serve(args []string, log *slog.Logger) error {
 		defer f.Close()
 		ledger = f
 	}
-	var ms []server.Model
-	for _, cp := range cps {
-		m, err := buildModel(cp, *engine, log)
-		if err != nil {
-			return err
-		}
-		ms = append(ms, m)
+	ms, err := buildModels(cps, *engine, log, *loadFlag)
+	if err != nil {
+		return err
 	}
 	srv, err := server.New(server.Config{
 		Models: ms, ArtifactDir: artifactDir, Lifetime: *lifetime, QueueCapacity: *queue,
@@ -87,7 +84,7 @@ func serve(args []string, log *slog.Logger) error {
 	ctx, stop := signalContext()
 	defer stop()
 	if err := srv.Load(ctx); err != nil {
-		return err
+		return explainLoad(err, ms, *loadFlag)
 	}
 	if *fault != "" {
 		log.Warn("FAULT INJECTED: this server is deliberately broken", "fault", *fault, "what", server.Faults[*fault])

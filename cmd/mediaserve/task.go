@@ -36,12 +36,13 @@ func runTask(args []string, log *slog.Logger) error {
 	engine := fs.String("engine", "", "the engine, as mediaserve -engine (default: the row's)")
 	raw := fs.Bool("raw", false, "also write the raw rgb24 frames the artifact is encoded from, as <out>/frames.rgb")
 	batch := fs.String("batch", "", `JSON-lines file of jobs {"out": dir, "reference": path, "fields": {name: value}}, run in order with one load (replaces -out, -reference and -set)`)
+	loadFlag := fs.Duration("load-timeout", 0, "how long the model's load may take (default: from its row or bundle size; env MEDIAQUAL_LOAD_TIMEOUT)")
 	var sets listFlag
 	fs.Var(&sets, "set", "request field as name=value, with the HTTP field names (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	cps, err := selectModels([]string{*model})
+	cps, err := selectModels([]string{*model}, log)
 	if err != nil {
 		return err
 	}
@@ -73,15 +74,15 @@ func runTask(args []string, log *slog.Logger) error {
 		jobs = []taskJob{j}
 	}
 
-	m, err := buildModel(cp, *engine, log)
+	ms, err := buildModels(cps, *engine, log, *loadFlag)
 	if err != nil {
 		return err
 	}
-	ms := []server.Model{m}
+	m := ms[0]
 	defer closeAll(ms)
 	ctx, stop := signalContext()
 	defer stop()
-	if err := loadAll(ctx, ms); err != nil {
+	if err := loadAll(ctx, ms, *loadFlag); err != nil {
 		return err
 	}
 	for i, j := range jobs {

@@ -8,9 +8,11 @@ import (
 	"image"
 	"math"
 	"math/big"
+	"strings"
 
 	"mediaqual/harness/media"
 	"mediaqual/internal/resize"
+	"mediaqual/models/bundle"
 	"mediaqual/models/spec"
 )
 
@@ -76,6 +78,9 @@ func Motion(frames []*image.RGBA, c spec.VideoContract) (float64, error) {
 		sum += m
 	}
 	mean := sum / float64(len(frames)-1)
+	if err := finite("motion", "mean inter-frame change", mean); err != nil {
+		return mean, err
+	}
 	if mean < c.MinMotion {
 		return mean, fail("motion", "mean inter-frame change %.3f, contract needs >= %.3f (frozen clip)", mean, c.MinMotion)
 	}
@@ -92,6 +97,9 @@ func Edit(out, ref image.Image, want spec.Size, c spec.EditContract) (float64, e
 	d, err := media.MeanAbsDiff(out, resize.Image(ref, want.W, want.H))
 	if err != nil {
 		return 0, fail("edit-size", "%v", err)
+	}
+	if err := finite("edit-unchanged", "mean difference from the reference", d); err != nil {
+		return d, err
 	}
 	if d < c.MinChange {
 		return d, fail("edit-unchanged", "mean difference from the reference %.3f, contract needs >= %.3f", d, c.MinChange)
@@ -129,6 +137,9 @@ func ReferenceOutput(got, want []*image.RGBA, c spec.ReferenceOutputs) (float64,
 		if err != nil {
 			return 0, fail("reference-size", "frame %d: %v", i, err)
 		}
+		if err := finite("reference-output", fmt.Sprintf("frame %d SSIM", i), s); err != nil {
+			return s, err
+		}
 		sum += s
 	}
 	mean := sum / float64(len(got))
@@ -157,11 +168,24 @@ func Influence(outA, outB, refA, refB image.Image) (gap string, err error) {
 	if err != nil {
 		return "", fail("influence-size", "%v", err)
 	}
+	if err := finite("influence-changes-output", "mean difference between the outputs", diff); err != nil {
+		return "", err
+	}
 	if diff < 0.5 {
 		return spec.GapIgnoresReference, fail("influence-changes-output", "outputs for two different references differ by %.3f on average: the reference has no effect", diff)
 	}
-	aa, ab := ssim(outA, ra), ssim(outA, rb)
-	ba, bb := ssim(outB, ra), ssim(outB, rb)
+	var s [4]float64 // output A to ref A, A to B, B to A, B to B
+	for i, p := range [4][2]image.Image{{outA, ra}, {outA, rb}, {outB, ra}, {outB, rb}} {
+		v, err := media.SSIM(p[0], p[1])
+		if err != nil {
+			return "", fail("influence-size", "%v", err)
+		}
+		if err := finite("influence-closer-to-own", "SSIM", v); err != nil {
+			return "", err
+		}
+		s[i] = v
+	}
+	aa, ab, ba, bb := s[0], s[1], s[2], s[3]
 	if aa <= ab || bb <= ba {
 		return spec.GapIgnoresReference, fail("influence-closer-to-own",
 			"output A SSIM to its reference %.3f vs the other %.3f; output B %.3f vs %.3f: outputs do not follow their references", aa, ab, bb, ba)
@@ -169,12 +193,34 @@ func Influence(outA, outB, refA, refB image.Image) (gap string, err error) {
 	return "", nil
 }
 
-func ssim(a, b image.Image) float64 {
-	s, err := media.SSIM(a, b)
-	if err != nil {
-		return math.NaN()
+// finite fails the check that reads a metric when the metric is NaN or infinite: every
+// comparison with NaN is false, so a threshold test alone would let it pass.
+func finite(check, what string, v float64) error {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return fail(check, "%s is %v: the metric could not be computed (empty or mismatched images?)", what, v)
 	}
-	return s
+	return nil
+}
+
+// Revision holds the commit a bundle states (bundle.Revision) to the row's revision: equal
+// to a full commit, or starting with a short one. It runs before anything loads.
+func Revision(row, commit, source string) error {
+	if commit == "" {
+		return fail("bundle-revision", "the row pins revision %s, but the bundle states none: download it with `hf download <repo> --revision %s --local-dir <bundle>` (the client records the commit under .cache/huggingface/), or write the full commit to %s", row, row, bundle.RevisionFile)
+	}
+	if !bundle.Matches(row, commit) {
+		return fail("bundle-revision", "the row pins revision %s, the bundle holds %s (%s)", row, commit, source)
+	}
+	return nil
+}
+
+// BundleDigest holds a bundle's digest to the one a published qualification of the same
+// revision recorded.
+func BundleDigest(got, published, where string) error {
+	if !strings.HasPrefix(got, published) || published == "" {
+		return fail("bundle-digest", "bundle digest %s, but %s recorded %s for the same revision: these are not the weights qualified there", short(got), where, published)
+	}
+	return nil
 }
 
 func short(s string) string {

@@ -178,3 +178,21 @@ func TestReferenceOutputChecks(t *testing.T) {
 	_, err = check.ReferenceOutput([]*image.RGBA{pattern(48, 48, 0), pattern(48, 48, 3)}, ref, c)
 	failsWith(t, err, "reference-size")
 }
+
+func TestBundleRevisionChecks(t *testing.T) {
+	full := "6f3ccc0b56e431dc6a0c2b2039706d7d26f22cb9"
+	require.NoError(t, check.Revision(full, full, "x"))
+	require.NoError(t, check.Revision("6f3ccc0b", full, "x"), "a short row revision is a prefix of the bundle's commit")
+	other := "921dbaf3" + full[8:]
+	err := check.Revision(full, other, "mediaqual-revision.txt")
+	failsWith(t, err, "bundle-revision")
+	assert.ErrorContains(t, err, full)
+	assert.ErrorContains(t, err, other)
+	failsWith(t, check.Revision("6f3ccc0b", other, "x"), "bundle-revision")
+	failsWith(t, check.Revision("6f3", full, "x"), "bundle-revision") // too short to identify anything
+	failsWith(t, check.Revision(full, "", ""), "bundle-revision")
+
+	require.NoError(t, check.BundleDigest("a03add7530f455d6ffff", "a03add7530f455d6", "reports/published/x"))
+	failsWith(t, check.BundleDigest("b03add7530f455d6ffff", "a03add7530f455d6", "reports/published/x"), "bundle-digest")
+	failsWith(t, check.BundleDigest("b03add7530f455d6ffff", "", "reports/published/x"), "bundle-digest")
+}

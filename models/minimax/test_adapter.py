@@ -416,8 +416,7 @@ def build_tiny_bundle(out):
         f.write("RANDOM weights at tiny sizes (models/minimax/test_adapter.py): mechanics only, never quality.\n")
 
 
-@unittest.skipUnless(testing.have("torch", "diffusers", "transformers", "accelerate", "numpy", "torchvision"),
-                     "needs torch, diffusers, transformers, accelerate, numpy and torchvision")
+@testing.needs("torch", "diffusers", "transformers", "accelerate", "numpy", "torchvision")
 class TinyPipelineTest(testing.RealWorkerTestCase):
     """The real path end to end, on CPU: a tiny bundle of the real MiniMax-H3 component classes,
     loaded by adapter.py (a subprocess, as mediaserve runs it) through the real modular pipeline,

@@ -6,9 +6,12 @@ package pyworker
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -30,14 +33,82 @@ func Python(t *testing.T) string {
 func pyEnv() []string { return append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1") }
 
 // UnitTests runs a unittest module in the test's directory (a family's test_adapter, or
-// pyworker's own test_worker) and fails unless it passes.
+// pyworker's own test_worker) and fails unless it passes. A skipped Python test is never a
+// pass: one skipped for missing modules (testing.needs) is reported by name as a skipped Go
+// subtest, "not run", after checking the modules really are missing; any other skip fails.
 func UnitTests(t *testing.T, module string) {
+	out := runUnitTests(t, ".", module)
+	notRun, problems := judgeSkips(out, importable(Python(t)))
+	for _, p := range problems {
+		t.Error(p)
+	}
+	for _, s := range notRun {
+		t.Run(s.Test, func(t *testing.T) { t.Skipf("%s", s.Reason) })
+	}
+}
+
+func runUnitTests(t *testing.T, dir, module string) string {
 	cmd := exec.Command(Python(t), "-m", "unittest", "-v", module)
+	cmd.Dir = dir
 	cmd.Env = pyEnv()
 	out, err := cmd.CombinedOutput()
 	t.Logf("python3 -m unittest %s:\n%s", module, out)
 	require.NoError(t, err, "the Python unit tests fail")
-	assert.Contains(t, string(out), "\nOK")
+	require.Contains(t, string(out), "\nOK")
+	return string(out)
+}
+
+// NotRunPrefix starts the reason of a test skipped because Python modules are missing
+// (testing.needs writes it, followed by the missing modules).
+const NotRunPrefix = "not run: missing python modules: "
+
+// Skip is one skipped Python test: its id (module.Class.test) and reason.
+type Skip struct{ Test, Reason string }
+
+var (
+	testHeader = regexp.MustCompile(`^\w+ \(([\w.]+)\)`)
+	skipped    = regexp.MustCompile(`\.\.\. skipped '(.*)'$`)
+	skipCount  = regexp.MustCompile(`(?m)^OK \(skipped=(\d+)\)$`)
+)
+
+// judgeSkips reads `unittest -v` output: the tests skipped for modules that importable says
+// are missing are not run; every other skip, a claim of a missing module that imports, and a
+// skip count that does not match the named skips are problems.
+func judgeSkips(out string, importable func(string) bool) (notRun []Skip, problems []string) {
+	test, named := "", 0
+	for _, line := range strings.Split(out, "\n") {
+		if m := testHeader.FindStringSubmatch(line); m != nil {
+			test = m[1]
+		}
+		m := skipped.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		named++
+		s := Skip{Test: test, Reason: m[1]}
+		mods, ok := strings.CutPrefix(s.Reason, NotRunPrefix)
+		if !ok {
+			problems = append(problems, fmt.Sprintf("python test %s was skipped (%q): a skip is not a pass; only missing modules (testing.needs) may keep a test from running", s.Test, s.Reason))
+			continue
+		}
+		for _, mod := range strings.Split(mods, ", ") {
+			if importable(mod) {
+				problems = append(problems, fmt.Sprintf("python test %s was skipped for missing %s, which imports here", s.Test, mod))
+			}
+		}
+		notRun = append(notRun, s)
+	}
+	if m := skipCount.FindStringSubmatch(out); m != nil && m[1] != strconv.Itoa(named) {
+		problems = append(problems, fmt.Sprintf("unittest reports %s skipped, %d named in its output", m[1], named))
+	}
+	return notRun, problems
+}
+
+// importable asks python whether a module can be found.
+func importable(python string) func(string) bool {
+	return func(mod string) bool {
+		return exec.Command(python, "-c", "import importlib.util, sys; sys.exit(importlib.util.find_spec(sys.argv[1]) is None)", mod).Run() == nil
+	}
 }
 
 // Script runs a Python snippet in the test's directory (so it can import the family's

@@ -9,15 +9,8 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # models/
 
 from pyworker import l0  # noqa: E402
+from pyworker import testing  # noqa: E402
 from pyworker import worker as pw  # noqa: E402
-
-try:
-    import numpy  # noqa: F401
-
-    HAVE_NUMPY = True
-except ImportError:
-    HAVE_NUMPY = False
-
 
 class Rgb24Test(unittest.TestCase):
     def test_quantize(self):
@@ -44,7 +37,7 @@ class Rgb24Test(unittest.TestCase):
             with self.assertRaises(pw.JobError):
                 pw.rgb24(v)
 
-    @unittest.skipUnless(HAVE_NUMPY, "numpy not installed")
+    @testing.needs("numpy")
     def test_numpy_path_matches_the_pure_path(self):
         import numpy as np
 

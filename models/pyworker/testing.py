@@ -140,9 +140,25 @@ class FakeBackend:
 
 def have(*mods):
     """Whether every module is importable (the real-pipeline tests need the GPU host's stack)."""
+    return not missing(*mods)
+
+
+def missing(*mods):
     import importlib.util
 
-    return all(importlib.util.find_spec(m) is not None for m in mods)
+    return [m for m in mods if importlib.util.find_spec(m) is None]
+
+
+# The reason of a test skipped for missing modules; pyworker.UnitTests (pytest.go) reports such a
+# test as not run, by name, and fails on any other skip.
+NOT_RUN = "not run: missing python modules: "
+
+
+def needs(*mods):
+    """Skips a test or class where a module is missing, naming the missing ones, so the Go
+    wrapper reports it as not run (never as a pass) and can check the modules are missing."""
+    gone = missing(*mods)
+    return unittest.skipUnless(not gone, NOT_RUN + ", ".join(gone))
 
 
 class RealWorkerTestCase(unittest.TestCase):

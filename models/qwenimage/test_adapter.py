@@ -462,8 +462,7 @@ class BuildL0Test(unittest.TestCase):
         self.assertIn("TINY", build_l0.marker_text(build_l0.plan(tiny=True), 0, {}))
 
 
-@unittest.skipUnless(testing.have("torch", "diffusers", "transformers", "accelerate", "numpy", "PIL", "torchvision"),
-                     "needs torch, diffusers, transformers, accelerate, numpy, Pillow and torchvision (the GPU host's stack)")
+@testing.needs("torch", "diffusers", "transformers", "accelerate", "numpy", "PIL", "torchvision")
 class TinyPipelineTest(testing.RealWorkerTestCase):
     """The real path end to end, on CPU: build_l0.py --tiny writes a bundle, adapter.py (a
     subprocess, as mediaserve runs it) loads it with diffusers' QwenImageEditPlusPipeline and

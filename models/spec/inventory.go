@@ -3,6 +3,7 @@ package spec
 import (
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Status is a checkpoint's place on the qualification ladder, or why it is off it.
@@ -95,6 +96,9 @@ type Entry struct {
 	// ReferenceOutputs, for a family with a bundle, is how its native outputs must match the
 	// reference outputs the bundle may carry (ReferenceOutputsDir).
 	ReferenceOutputs *ReferenceOutputs `json:"reference_outputs,omitempty"`
+	// LoadTimeout, when set, is how long loading the weights may take; otherwise it follows
+	// from the bundle's size (models/bundle.LoadTimeout).
+	LoadTimeout time.Duration `json:"load_timeout,omitempty"`
 }
 
 // ReferenceOutputsDir is where, inside a bundle, reference outputs live: outputs made elsewhere

@@ -1,6 +1,9 @@
 package wan
 
 import (
+	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -132,9 +135,56 @@ func TestAdapterFrameRuleAgreesWithTheRows(t *testing.T) {
 	}
 }
 
-// TestWorkerArgvStartsTheAdapter runs the argv the rows use, without their bundles.
+// TestWorkerArgvStartsTheAdapter runs each row's own Worker argv, without its bundle, after
+// checking it carries the row's pinned flow_shift.
 func TestWorkerArgvStartsTheAdapter(t *testing.T) {
 	for _, e := range Entries() {
+		require.NoError(t, argvPins(e.Worker, pinned[e.ID].flowShift, e.Bundle), e.ID)
+		require.NoError(t, argvRuns(e.Worker, e.Engine, e.Defaults), e.ID)
 		pyworker.ExpectFatalWithoutBundle(t, e.Worker, e.Bundle)
 	}
+}
+
+// argvPins checks a worker argv passes exactly the flow shift and bundle name a row pins.
+func argvPins(argv []string, flowShift, bundle string) error {
+	got := map[string]string{}
+	for i := 0; i+1 < len(argv); i++ {
+		if strings.HasPrefix(argv[i], "--") {
+			got[argv[i]] = argv[i+1]
+		}
+	}
+	if got["--flow-shift"] != flowShift || got["--bundle-name"] != bundle {
+		return fmt.Errorf("worker argv %v: --flow-shift %q --bundle-name %q, the row pins %q and %q", argv, got["--flow-shift"], got["--bundle-name"], flowShift, bundle)
+	}
+	return nil
+}
+
+// argvRuns checks a worker argv runs the row's engine and warms up at its pinned shape (so a
+// compiled engine never compiles inside a timed job).
+func argvRuns(argv []string, engine string, pinned spec.Settings) error {
+	got := map[string]string{}
+	for i := 0; i+1 < len(argv); i++ {
+		if strings.HasPrefix(argv[i], "--") {
+			got[argv[i]] = argv[i+1]
+		}
+	}
+	want := map[string]string{"--engine": engine, "--warmup-size": pinned.Size.String(), "--warmup-frames": strconv.Itoa(pinned.NumFrames)}
+	for k, v := range want {
+		if got[k] != v {
+			return fmt.Errorf("worker argv %v: %s %q, the row's is %q", argv, k, got[k], v)
+		}
+	}
+	return nil
+}
+
+// The argv checks fed rows that start the adapter with the wrong settings.
+func TestArgvPinsCatchesAWrongWorker(t *testing.T) {
+	e := Entries()[0]
+	require.NoError(t, argvPins(e.Worker, "3.0", e.Bundle))
+	assert.ErrorContains(t, argvPins(worker("5.0", e.Bundle, engine, wan21), "3.0", e.Bundle), `--flow-shift "5.0"`)
+	assert.Error(t, argvPins([]string{"python3", "models/wan/adapter.py", "--bundle-name", e.Bundle}, "3.0", e.Bundle), "no flow shift")
+	assert.Error(t, argvPins(worker("3.0", "Wan-AI/Wan2.2-TI2V-5B-Diffusers", engine, wan21), "3.0", e.Bundle), "another bundle")
+	require.NoError(t, argvRuns(e.Worker, e.Engine, e.Defaults))
+	assert.ErrorContains(t, argvRuns(worker("3.0", e.Bundle, "eager", wan21), e.Engine, e.Defaults), `--engine "eager"`)
+	assert.ErrorContains(t, argvRuns(worker("3.0", e.Bundle, engine, wan22), e.Engine, e.Defaults), `--warmup-size "1280x704"`)
 }

@@ -347,8 +347,7 @@ class BuildL0Test(unittest.TestCase):
         self.assertIn("never", text.lower())
 
 
-@unittest.skipUnless(testing.have("torch", "diffusers", "transformers", "accelerate", "numpy"),
-                     "needs torch, diffusers, transformers, accelerate and numpy (the GPU host's stack)")
+@testing.needs("torch", "diffusers", "transformers", "accelerate", "numpy")
 class TinyPipelineTest(testing.RealWorkerTestCase):
     """The real path end to end, on CPU: build_l0.py --tiny writes a bundle, adapter.py (a
     subprocess, as mediaserve runs it) loads it with diffusers and serves jobs over the protocol.

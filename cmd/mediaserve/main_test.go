@@ -1,0 +1,67 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"mediaqual/models"
+	"mediaqual/models/spec"
+	"mediaqual/server"
+)
+
+// On a machine without bundles the default model set is the reference families, and each GPU
+// row left out is named with its missing bundle; a present bundle brings its row in.
+func TestDefaultServesWhatCanLoadHere(t *testing.T) {
+	t.Setenv("MEDIAQUAL_BUNDLES", "")
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	ids := func(cps []spec.Checkpoint) []string {
+		var out []string
+		for _, cp := range cps {
+			out = append(out, cp.ID)
+		}
+		return out
+	}
+	cps, err := selectModels(nil, log)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"ref-t2v", "ref-edit", "ref-t2i"}, ids(cps))
+	for _, cp := range models.Servable() {
+		if cp.NewTask == nil {
+			assert.Contains(t, logs.String(), "model="+cp.ID, "a left-out row is named")
+		}
+	}
+	assert.Contains(t, logs.String(), "set MEDIAQUAL_BUNDLES")
+
+	root := t.TempDir()
+	wan, err := models.Lookup("Wan-AI/Wan2.1-T2V-1.3B")
+	require.NoError(t, err)
+	require.NoError(t, os.MkdirAll(filepath.Join(root, wan.Bundle), 0o755))
+	t.Setenv("MEDIAQUAL_BUNDLES", root)
+	logs.Reset()
+	cps, err = selectModels(nil, log)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"ref-t2v", "ref-edit", "ref-t2i", wan.ID}, ids(cps))
+	assert.Contains(t, logs.String(), filepath.Join(root, "Qwen/Qwen-Image-Edit-2511"), "the missing bundle's path")
+}
+
+// A worker that never says ready fails its load naming the timeout and how to raise it.
+func TestLoadTimeoutSaysHowToRaiseIt(t *testing.T) {
+	cp := spec.Checkpoint{ID: "Wan-AI/Wan2.1-T2V-1.3B", Worker: []string{"sleep", "30"}}
+	log := slog.New(slog.NewTextHandler(&bytes.Buffer{}, nil))
+	m, err := buildModel(cp, "", log, 200*time.Millisecond)
+	require.NoError(t, err)
+	err = loadAll(context.Background(), []server.Model{m}, 200*time.Millisecond)
+	closeAll([]server.Model{m})
+	require.Error(t, err)
+	for _, want := range []string{"worker_load_timeout", "load timeout 200ms (from -load-timeout)", "MEDIAQUAL_LOAD_TIMEOUT=400ms"} {
+		assert.Contains(t, err.Error(), want)
+	}
+}
