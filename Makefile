@@ -3,7 +3,7 @@ GO      ?= go
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 BIN     := bin
 
-.PHONY: all test qualify build vet deps ffmpeg aiperf chromium bench generate list fuzz
+.PHONY: all test qualify build vet deps ffmpeg aiperf chromium bench generate list fuzz gpu-kit
 
 all: test
 
@@ -73,6 +73,11 @@ generate:
 # The dry run: every generated case, its stage subtests and the command that runs it.
 list:
 	@$(GO) run ./internal/casegen/gen -list
+
+# The offline kit for the lent GPU machines, in .gpu/ (docs/GPU.md, "The device kit"): wheels
+# and ffmpeg are downloaded once, mediaserve and the gpu-tagged suite binary rebuilt every time.
+gpu-kit:
+	GO=$(GO) bash scripts/gpu-kit/build.sh
 
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchtime 200x ./server/
