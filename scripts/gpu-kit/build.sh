@@ -64,11 +64,13 @@ fi
 
 # 3. the binaries, cross-built from this working tree, without symbol table and DWARF (-s -w:
 # panics and stack traces still name functions and lines).
-echo "gpu-kit: building mediaserve and qual.test (linux/amd64, no cgo)" >&2
+echo "gpu-kit: building mediaserve, qual.test and encode.test (linux/amd64, no cgo)" >&2
 mkdir "$tmp/bin"
 CGO_ENABLED=0 GOOS=linux GOARCH=amd64 "$GO" build -trimpath -ldflags='-s -w' -o "$tmp/bin/mediaserve" ./cmd/mediaserve
 CGO_ENABLED=0 GOOS=linux GOARCH=amd64 "$GO" test -c -tags gpu -ldflags='-s -w' -o "$tmp/bin/qual.test" .
-"${TAR[@]}" -cJf "$tmp/bin.tar.xz" -C "$tmp/bin" mediaserve qual.test
+# The encoder benchmark (docs/PERFORMANCE.md, "Encode"); run it from server/encode.
+CGO_ENABLED=0 GOOS=linux GOARCH=amd64 "$GO" test -c -ldflags='-s -w' -o "$tmp/bin/encode.test" ./server/encode
+"${TAR[@]}" -cJf "$tmp/bin.tar.xz" -C "$tmp/bin" mediaserve qual.test encode.test
 mv "$tmp/bin.tar.xz" "$KIT/bin.tar.xz"
 
 # 4. the script each device call sources.

@@ -1,0 +1,40 @@
+#!/bin/bash
+# Eager against regional-compile on the same bundle, same prompts, side by side in one call:
+#   bash scripts/gpu-runs/engines.sh ROW_ID BUNDLE_BUILDER N
+# Runs `mediaserve task -batch` twice (N pinned prompts each), then prints each job's Task wall,
+# its phases and its raw-frame digest, and whether each engine repeats its own bytes.
+id=$1 builder=$2 n=${3:-3}
+source .gpu/setup.sh || exit 1
+export MEDIAQUAL_BUNDLES=/tmp/bundles CUDA_VISIBLE_DEVICES=0
+rm -rf /tmp/bundles/Qwen  # the device's 64 GB disk holds one big bundle at a time
+python3 models/$builder/build_l0.py --out /tmp/bundles 2>&1 | tail -1
+head -"$n" fixtures/prompts/t2v.jsonl >/tmp/prompts.jsonl
+for engine in eager regional-compile; do
+  : >/tmp/batch-$engine.jsonl
+  i=0
+  while read -r line; do
+    p=$(python3 -c 'import json,sys; print(json.dumps(json.loads(sys.argv[1])["text"]))' "$line")
+    # The first prompt twice: an engine must repeat its own bytes.
+    for rep in a b; do
+      [ $i -gt 0 ] && [ $rep = b ] && continue
+      echo "{\"out\": \"/tmp/eng/$engine/$i$rep\", \"fields\": {\"prompt\": $p}}" >>/tmp/batch-$engine.jsonl
+    done
+    i=$((i+1))
+  done </tmp/prompts.jsonl
+  start=$(date +%s.%N)
+  /tmp/bin/mediaserve task -model "$id" -batch /tmp/batch-$engine.jsonl -engine $engine >/dev/null 2>/tmp/eng-$engine.log || { tail -20 /tmp/eng-$engine.log; exit 1; }
+  echo "$engine: load + jobs $(python3 -c "import time; print(round(time.time() - $start, 1))") s"
+done
+python3 - <<'PY'
+import glob, json, os
+for engine in ("eager", "regional-compile"):
+    rows = []
+    for d in sorted(glob.glob("/tmp/eng/%s/*" % engine)):
+        a = json.load(open(os.path.join(d, "actual.json")))
+        rows.append((os.path.basename(d), a["task_call_wall_ms"], a.get("task_phases_ms"), a["handover_ms"], a["encode_ms"], a["product"]["frames_sha256"][:16]))
+    for r in rows:
+        print(engine, *r)
+    same = rows[0][5] == rows[1][5]
+    print(engine, "repeats its bytes (0a == 0b):", same)
+PY
+grep -h "warm-up\|loaded in" /tmp/eng-*.log

@@ -1,0 +1,30 @@
+#!/bin/bash
+# One gpu-tagged qualification on the device, from the kit `make gpu-kit` builds:
+#   bash scripts/gpu-runs/qualify.sh ROW [wan|wan22|qwen]
+# ROW is the -run pattern (Wan2.1, Qwen, ...), the second argument the L0 builder to use.
+# Environment: MEDIAQUAL_ENGINE, MEDIAQUAL_CONCURRENCY (passed to the suite), LIMIT (seconds,
+# default 480). What it writes goes to $OUT (the device tool's output folder).
+row=$1 builder=$2
+source .gpu/setup.sh || exit 1
+set -x
+tag=$row-${MEDIAQUAL_ENGINE:-row-engine}-c${MEDIAQUAL_CONCURRENCY:-1}
+export MEDIAQUAL_BUNDLES=/tmp/bundles MEDIAQUAL_GPUS=0 MEDIAQUAL_REPORT_DIR=/tmp/rep-$tag
+# The device's 64 GB disk holds one big bundle at a time (Qwen's is 57.7 GB).
+case $builder in qwen) rm -rf /tmp/bundles/Wan-AI ;; *) rm -rf /tmp/bundles/Qwen ;; esac
+case $builder in
+  wan) [ -f /tmp/bundles/Wan-AI/Wan2.1-T2V-1.3B-Diffusers/model_index.json ] || time python3 models/wan/build_l0.py --out /tmp/bundles 2>&1 | tail -3 ;;
+  wan22) [ -f /tmp/bundles/Wan-AI/Wan2.2-TI2V-5B-Diffusers/model_index.json ] || time python3 models/wan/build_l0.py --out /tmp/bundles --wan22 2>&1 | tail -3 ;;
+  qwen) [ -f /tmp/bundles/Qwen/Qwen-Image-Edit-2511/model_index.json ] || time python3 models/qwenimage/build_l0.py --out /tmp/bundles 2>&1 | tail -3 ;;
+esac
+( while sleep 20; do nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader; done ) >"$OUT/smi-$tag.log" &
+time timeout "${LIMIT:-480}" /tmp/bin/qual.test -test.run "$row" -test.v=test2json -test.count=1 -test.timeout 20m >"$OUT/test2json-$tag.out" 2>&1
+echo "qual.test rc=$?"
+kill %1
+cd "$MEDIAQUAL_REPORT_DIR" || exit 1
+# What comes back: the reports, the ledger and logs (the device returns files up to 16 MiB, so
+# artifacts and raw frames stay there; pictures come apart).
+cp results.json results.md index.html "$OUT/" 2>/dev/null
+tar czf "$OUT/report-$tag.tgz" --exclude='*.mp4' --exclude='*.rgb' --exclude='*.png' --exclude='profile_export_raw.jsonl' --exclude='inputs.json' --exclude='raw_records' .
+mkdir -p "$OUT/pictures-$tag" && find . -path '*pictures*' -name '*.png' -exec cp {} "$OUT/pictures-$tag/" \;
+grep -E "where the time|task speed|encode quality|timing \(" results.md
+true
