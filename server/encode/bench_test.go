@@ -1,8 +1,10 @@
 package encode_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"image/png"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -119,4 +121,36 @@ func clipPSNR(b *testing.B, path string, v spec.Video) float64 {
 		return 100
 	}
 	return 10 * math.Log10(255*255/mse)
+}
+
+// BenchmarkPNG times the edit encoder on a 1024² image (the Qwen-Image-Edit pinned size)
+// against the standard library's default encoder, which the server used before, and reports
+// the file size.
+//
+//	go test -run '^$' -bench PNG -benchtime 10x ./server/encode/
+func BenchmarkPNG(b *testing.B) {
+	for _, content := range []string{"noise", "smooth"} {
+		v := synthetic(content, 1, 1024, 1024)
+		b.Run(content+"/encode.PNG", func(b *testing.B) {
+			var buf bytes.Buffer
+			for i := 0; i < b.N; i++ {
+				buf.Reset()
+				if err := encode.PNG(&buf, v); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(buf.Len()), "bytes")
+		})
+		img := v.RGBA(0)
+		b.Run(content+"/image-png-default", func(b *testing.B) {
+			var buf bytes.Buffer
+			for i := 0; i < b.N; i++ {
+				buf.Reset()
+				if err := png.Encode(&buf, img); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(buf.Len()), "bytes")
+		})
+	}
 }
