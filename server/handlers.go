@@ -454,7 +454,10 @@ func (s *Server) modelObject(l *lane) map[string]any {
 		"id": cp.ID, "object": "model", "owned_by": "mediaserve", "created": 0,
 		"family": cp.Family, "profile": cp.Profile, "revision": cp.Revision, "precision": cp.Precision,
 		"capabilities": cp.Capabilities, "controls": cp.Controls, "defaults": cp.Defaults,
-		"runtime": l.model.Runtime, "queue_capacity": cap(l.queue),
+		"runtime": l.model.Runtime, "queue_capacity": cap(l.queue), "lanes": len(l.tasks),
+	}
+	if len(l.model.Devices) > 0 {
+		o["lane_devices"] = l.model.Devices
 	}
 	if s.fault != nil {
 		o["fault"] = s.fault.name + ": " + Faults[s.fault.name]

@@ -15,14 +15,16 @@ import (
 	"mediaqual/models/spec"
 )
 
-// lane runs one model's jobs one at a time from a bounded queue. Its encoder runs beside it:
-// once a Task's output is checked, the lane takes the next job while the clip encodes, so the
-// model never waits for ffmpeg. encodes holds one clip waiting while another encodes, which
+// lane serves one model from a bounded queue: each of its Tasks (one per lane index, on devices
+// of its own) takes the next job when it is free, one at a time. Each has an encoder beside it:
+// once a Task's output is checked, it takes the next job while the clip encodes, so the model
+// never waits for ffmpeg; encodes[i] holds one clip waiting while another encodes, which
 // bounds the frames held in memory.
 type lane struct {
 	model   Model
 	queue   chan *job
-	encodes chan encodeJob
+	tasks   []spec.Task
+	encodes []chan encodeJob
 
 	mu  sync.Mutex
 	avg time.Duration // moving average of job time, for Retry-After
@@ -50,6 +52,7 @@ type job struct {
 	progress  int
 	created   time.Time
 	started   time.Time
+	laneIdx   int       // the index of the lane (the Task) that ran it
 	generated time.Time // the Task's output was checked and handed to the encoder
 	encoding  time.Time // the encoder took it
 	completed time.Time
@@ -96,17 +99,17 @@ func (s *Server) enqueue(j *job) (*apiError, time.Duration) {
 	default:
 		l := j.lane
 		l.mu.Lock()
-		wait := l.avg * time.Duration(len(l.queue)+1)
+		wait := l.avg * time.Duration(len(l.queue)+1) / time.Duration(len(l.tasks))
 		l.mu.Unlock()
 		return errf(429, "server_busy", "", "the queue for %s is full (%d jobs waiting); retry later", l.model.Checkpoint.ID, cap(l.queue)), wait
 	}
 }
 
-func (s *Server) runLane(l *lane) {
+func (s *Server) runLane(l *lane, i int) {
 	defer s.wg.Done()
-	defer close(l.encodes)
+	defer close(l.encodes[i])
 	for j := range l.queue {
-		s.execute(l, j)
+		s.execute(l, i, j)
 	}
 }
 
@@ -116,9 +119,9 @@ type encodeJob struct {
 	g generated
 }
 
-func (s *Server) runEncoder(l *lane) {
+func (s *Server) runEncoder(l *lane, i int) {
 	defer s.wg.Done()
-	for e := range l.encodes {
+	for e := range l.encodes[i] {
 		s.mu.Lock()
 		e.j.encoding = time.Now()
 		s.mu.Unlock()
@@ -131,7 +134,7 @@ func (s *Server) runEncoder(l *lane) {
 	}
 }
 
-func (s *Server) execute(l *lane, j *job) {
+func (s *Server) execute(l *lane, i int, j *job) {
 	s.mu.Lock()
 	if j.ctx.Err() != nil { // deleted or shut down while queued
 		s.mu.Unlock()
@@ -139,7 +142,7 @@ func (s *Server) execute(l *lane, j *job) {
 		close(j.done)
 		return
 	}
-	j.status, j.started = "in_progress", time.Now()
+	j.status, j.started, j.laneIdx = "in_progress", time.Now(), i
 	s.mu.Unlock()
 
 	req := j.req
@@ -151,7 +154,7 @@ func (s *Server) execute(l *lane, j *job) {
 		j.progress = min(99, done*100/total) // 100 only once the artifact exists
 		s.mu.Unlock()
 	}
-	g, err := generate(j.ctx, l.model.Task, l.model.Checkpoint, j.kind, req, s.fault)
+	g, err := generate(j.ctx, l.tasks[i], l.model.Checkpoint, j.kind, req, s.fault)
 	if err != nil {
 		if j.ctx.Err() != nil {
 			err = context.Cause(j.ctx)
@@ -163,7 +166,7 @@ func (s *Server) execute(l *lane, j *job) {
 	s.mu.Lock()
 	j.generated = time.Now()
 	s.mu.Unlock()
-	l.encodes <- encodeJob{j, g}
+	l.encodes[i] <- encodeJob{j, g}
 }
 
 // finish moves j to its terminal state and writes its one terminal ledger line.
@@ -196,6 +199,9 @@ func (s *Server) finish(j *job, p Product, err error) {
 		Event: "job", RequestID: j.requestID, CorrelationID: j.correlationID, Route: j.route,
 		Model: j.lane.model.Checkpoint.ID, JobID: j.id, Status: status, Error: j.err,
 		Settings: &j.req.Settings, Inputs: j.inputs, Timing: j.timing(),
+	}
+	if !j.started.IsZero() {
+		e.Lane = &j.laneIdx
 	}
 	if j.deleted {
 		e.Error = &JobError{Code: "cancelled", Message: "deleted before it finished"}

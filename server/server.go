@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,8 +26,17 @@ import (
 type Model struct {
 	Checkpoint spec.Checkpoint
 	Task       spec.Task
-	Runtime    string // "in-process" or "worker", reported in /v1/models
+	// Replicas are further Tasks of the same checkpoint, each on devices of its own: the model
+	// is then served by 1+len(Replicas) lanes taking jobs from one queue, so requests above
+	// one at a time run in parallel.
+	Replicas []spec.Task
+	// Devices names each lane's devices (e.g. CUDA ids), Task's first; shown in /v1/models.
+	Devices []string
+	Runtime string // "in-process" or "worker", reported in /v1/models
 }
+
+// Tasks are the model's lanes' Tasks, Task first.
+func (m Model) Tasks() []spec.Task { return append([]spec.Task{m.Task}, m.Replicas...) }
 
 // Config configures a Server. Zero values take the documented defaults.
 type Config struct {
@@ -109,10 +119,14 @@ func New(cfg Config) (*Server, error) {
 		if _, dup := s.lanes[id]; dup {
 			return nil, fmt.Errorf("server: model %q configured twice", id)
 		}
-		if m.Task == nil || len(m.Checkpoint.Capabilities) == 0 {
+		if m.Task == nil || slices.Contains(m.Replicas, nil) || len(m.Checkpoint.Capabilities) == 0 {
 			return nil, fmt.Errorf("server: model %q needs a Task and at least one capability", id)
 		}
-		s.lanes[id] = &lane{model: m, queue: make(chan *job, cfg.QueueCapacity), encodes: make(chan encodeJob, 1)}
+		l := &lane{model: m, queue: make(chan *job, cfg.QueueCapacity), tasks: m.Tasks()}
+		for range l.tasks {
+			l.encodes = append(l.encodes, make(chan encodeJob, 1))
+		}
+		s.lanes[id] = l
 		s.order = append(s.order, id)
 	}
 	if !cfg.KeepArtifacts {
@@ -128,19 +142,22 @@ func (s *Server) Load(ctx context.Context) error {
 		return err
 	}
 	for _, id := range s.order {
-		l := s.lanes[id]
-		if ld, ok := l.model.Task.(spec.Loader); ok {
-			start := time.Now()
-			if err := ld.Load(ctx); err != nil {
-				return fmt.Errorf("loading %s: %w", id, err)
+		for i, t := range s.lanes[id].tasks {
+			if ld, ok := t.(spec.Loader); ok {
+				start := time.Now()
+				if err := ld.Load(ctx); err != nil {
+					return fmt.Errorf("loading %s (lane %d): %w", id, i, err)
+				}
+				s.log.Info("model loaded", "model", id, "lane", i, "took", time.Since(start))
 			}
-			s.log.Info("model loaded", "model", id, "took", time.Since(start))
 		}
 	}
 	for _, id := range s.order {
-		s.wg.Add(2)
-		go s.runLane(s.lanes[id])
-		go s.runEncoder(s.lanes[id])
+		for i := range s.lanes[id].tasks {
+			s.wg.Add(2)
+			go s.runLane(s.lanes[id], i)
+			go s.runEncoder(s.lanes[id], i)
+		}
 	}
 	s.wg.Add(1)
 	go s.janitor()
@@ -166,9 +183,11 @@ func (s *Server) Close() error {
 		close(s.stop)
 		s.wg.Wait()
 		for _, id := range s.order {
-			if c, ok := s.lanes[id].model.Task.(spec.Closer); ok {
-				if err := c.Close(); err != nil {
-					errs = append(errs, fmt.Errorf("closing %s: %w", id, err))
+			for _, t := range s.lanes[id].tasks {
+				if c, ok := t.(spec.Closer); ok {
+					if err := c.Close(); err != nil {
+						errs = append(errs, fmt.Errorf("closing %s: %w", id, err))
+					}
 				}
 			}
 		}

@@ -426,3 +426,36 @@ func TestNextTaskStartsWhileTheClipEncodes(t *testing.T) {
 	sum := tm.QueueMS + tm.TaskCallWallMS + tm.HandoverMS + tm.EncodeWaitMS + tm.EncodeMS + tm.OtherMS
 	assert.InDelta(t, tm.TotalMS, sum, 0.01, "the parts add up to the total: %+v", tm)
 }
+
+// TestLanesServeInParallel: a model with two lanes runs two jobs at once, each on its own
+// Task; the ledger says which lane ran each and /v1/models how many lanes there are.
+func TestLanesServeInParallel(t *testing.T) {
+	a, b := &startRecorder{fakeTask: fakeTask{delay: 300 * time.Millisecond}}, &startRecorder{fakeTask: fakeTask{delay: 300 * time.Millisecond}}
+	e := start(t, server.Config{Models: []server.Model{{Checkpoint: fakeCheckpoint("fake", spec.TextToVideo), Task: a, Replicas: []spec.Task{b}, Devices: []string{"0", "1"}}}})
+	var ids []string
+	for range 2 {
+		ids = append(ids, e.postForm(t, "/v1/videos", map[string]string{"model": "fake", "prompt": "p"}).json(t)["id"].(string))
+	}
+	for _, id := range ids {
+		require.Equal(t, "completed", e.waitVideo(t, id)["status"])
+	}
+	a.mu.Lock()
+	b.mu.Lock()
+	require.Len(t, a.starts, 1, "each lane ran one job")
+	require.Len(t, b.starts, 1)
+	gap := a.starts[0].Sub(b.starts[0]).Abs()
+	b.mu.Unlock()
+	a.mu.Unlock()
+	assert.Less(t, gap, 250*time.Millisecond, "the second job did not wait for the first")
+	lanes := map[int]bool{}
+	for _, en := range e.ledger.entries(t) {
+		if en.Event == "job" {
+			require.NotNil(t, en.Lane)
+			lanes[*en.Lane] = true
+		}
+	}
+	assert.Equal(t, map[int]bool{0: true, 1: true}, lanes)
+	m := e.do(t, http.MethodGet, "/v1/models/fake", "", nil).json(t)
+	assert.Equal(t, 2.0, m["lanes"])
+	assert.Equal(t, []any{"0", "1"}, m["lane_devices"])
+}

@@ -46,29 +46,86 @@ type listFlag []string
 func (l *listFlag) String() string     { return strings.Join(*l, ",") }
 func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
-// buildModel makes the Task for a checkpoint: in process when the family is Go, otherwise its
-// long-lived worker process, which must be ready within loadTimeout. engine, when set,
-// replaces the row's engine (e.g. eager for a compiled row).
-func buildModel(cp spec.Checkpoint, engine string, log *slog.Logger, loadTimeout time.Duration) (server.Model, error) {
+// buildModel makes the Tasks for a checkpoint, one per lane: in process when the family is Go,
+// otherwise long-lived worker processes, which must be ready within loadTimeout. engine, when
+// set, replaces the row's engine (e.g. eager for a compiled row). lanes is how many lanes
+// (0: one in process, or as many worker lanes as the visible GPUs hold).
+func buildModel(cp spec.Checkpoint, engine string, log *slog.Logger, loadTimeout time.Duration, lanes int) (server.Model, error) {
 	cp, err := withEngine(cp, engine)
 	if err != nil {
 		return server.Model{}, err
 	}
 	if cp.NewTask != nil {
-		t, err := cp.NewTask()
-		return server.Model{Checkpoint: cp, Task: t, Runtime: "in-process"}, err
+		m := server.Model{Checkpoint: cp, Runtime: "in-process"}
+		for i := range max(1, lanes) {
+			t, err := cp.NewTask()
+			if err != nil {
+				return server.Model{}, err
+			}
+			if i == 0 {
+				m.Task = t
+			} else {
+				m.Replicas = append(m.Replicas, t)
+			}
+		}
+		return m, nil
 	}
 	if len(cp.Worker) == 0 {
 		return server.Model{}, fmt.Errorf("%s has neither an in-process Task nor a worker command", cp.ID)
 	}
-	t := worker.New(worker.Config{
-		// No ScratchDir: the worker's per-job files go to a private temporary directory that
-		// Close removes, never into the artifact directory.
-		Argv:        resolveArgv(cp.Worker),
-		Log:         slogWriter{log.With("worker", cp.ID)},
-		LoadTimeout: loadTimeout,
-	})
-	return server.Model{Checkpoint: cp, Task: t, Runtime: "worker"}, nil
+	groups, err := laneDevices(cp.ID, os.Getenv("CUDA_VISIBLE_DEVICES"), gpusPerTask(cp.ID), lanes)
+	if err != nil {
+		return server.Model{}, err
+	}
+	m := server.Model{Checkpoint: cp, Runtime: "worker"}
+	for i, g := range groups {
+		cfg := worker.Config{
+			// No ScratchDir: the worker's per-job files go to a private temporary directory
+			// that Close removes, never into the artifact directory.
+			Argv:        resolveArgv(cp.Worker),
+			Log:         slogWriter{log.With("worker", cp.ID, "lane", i)},
+			LoadTimeout: loadTimeout,
+		}
+		if g != "" {
+			cfg.Env = []string{"CUDA_VISIBLE_DEVICES=" + g}
+			m.Devices = append(m.Devices, g)
+		}
+		if i == 0 {
+			m.Task = worker.New(cfg)
+		} else {
+			m.Replicas = append(m.Replicas, worker.New(cfg))
+		}
+	}
+	return m, nil
+}
+
+// gpusPerTask is how many GPUs one of the row's Tasks uses (its GPU needs; 1 without).
+func gpusPerTask(id string) int {
+	if e, err := models.Lookup(id); err == nil && e.GPU != nil && e.GPU.Count > 0 {
+		return e.GPU.Count
+	}
+	return 1
+}
+
+// laneDevices splits the visible GPUs into one group of perTask ids per lane, at most lanes of
+// them (0: as many as fit). No visible list is one lane on whatever the worker finds.
+func laneDevices(id, visible string, perTask, lanes int) ([]string, error) {
+	if strings.TrimSpace(visible) == "" {
+		return []string{""}, nil
+	}
+	ids := strings.Split(visible, ",")
+	if len(ids) < perTask {
+		return nil, fmt.Errorf("%s needs %d GPUs a Task; CUDA_VISIBLE_DEVICES=%s names %d", id, perTask, visible, len(ids))
+	}
+	n := len(ids) / perTask
+	if lanes > 0 {
+		n = min(n, lanes)
+	}
+	groups := make([]string, n)
+	for i := range groups {
+		groups[i] = strings.Join(ids[i*perTask:(i+1)*perTask], ",")
+	}
+	return groups, nil
 }
 
 // withEngine returns cp running engine: its Engine and the value of its worker's --engine.
@@ -159,9 +216,11 @@ func loadTimeout(id string, flag time.Duration) (time.Duration, string, error) {
 // loadAll loads every model before serving.
 func loadAll(ctx context.Context, ms []server.Model, flag time.Duration) error {
 	for _, m := range ms {
-		if l, ok := m.Task.(spec.Loader); ok {
-			if err := l.Load(ctx); err != nil {
-				return explainLoad(fmt.Errorf("loading %s: %w", m.Checkpoint.ID, err), []server.Model{m}, flag)
+		for _, t := range m.Tasks() {
+			if l, ok := t.(spec.Loader); ok {
+				if err := l.Load(ctx); err != nil {
+					return explainLoad(fmt.Errorf("loading %s: %w", m.Checkpoint.ID, err), []server.Model{m}, flag)
+				}
 			}
 		}
 	}
@@ -185,14 +244,14 @@ func explainLoad(err error, ms []server.Model, flag time.Duration) error {
 }
 
 // buildModels makes every checkpoint's Task with its load timeout.
-func buildModels(cps []spec.Checkpoint, engine string, log *slog.Logger, flag time.Duration) ([]server.Model, error) {
+func buildModels(cps []spec.Checkpoint, engine string, log *slog.Logger, flag time.Duration, lanes int) ([]server.Model, error) {
 	var ms []server.Model
 	for _, cp := range cps {
 		d, _, err := loadTimeout(cp.ID, flag)
 		if err != nil {
 			return nil, err
 		}
-		m, err := buildModel(cp, engine, log, d)
+		m, err := buildModel(cp, engine, log, d, lanes)
 		if err != nil {
 			return nil, err
 		}
@@ -203,8 +262,10 @@ func buildModels(cps []spec.Checkpoint, engine string, log *slog.Logger, flag ti
 
 func closeAll(ms []server.Model) {
 	for _, m := range ms {
-		if c, ok := m.Task.(spec.Closer); ok {
-			_ = c.Close()
+		for _, t := range m.Tasks() {
+			if c, ok := t.(spec.Closer); ok {
+				_ = c.Close()
+			}
 		}
 	}
 }

@@ -56,7 +56,7 @@ func TestDefaultServesWhatCanLoadHere(t *testing.T) {
 func TestLoadTimeoutSaysHowToRaiseIt(t *testing.T) {
 	cp := spec.Checkpoint{ID: "Wan-AI/Wan2.1-T2V-1.3B", Worker: []string{"sleep", "30"}}
 	log := slog.New(slog.NewTextHandler(&bytes.Buffer{}, nil))
-	m, err := buildModel(cp, "", log, 200*time.Millisecond)
+	m, err := buildModel(cp, "", log, 200*time.Millisecond, 1)
 	require.NoError(t, err)
 	err = loadAll(context.Background(), []server.Model{m}, 200*time.Millisecond)
 	closeAll([]server.Model{m})
@@ -64,4 +64,35 @@ func TestLoadTimeoutSaysHowToRaiseIt(t *testing.T) {
 	for _, want := range []string{"worker_load_timeout", "load timeout 200ms (from -load-timeout)", "MEDIAQUAL_LOAD_TIMEOUT=400ms"} {
 		assert.Contains(t, err.Error(), want)
 	}
+}
+
+// TestLaneDevices: the visible GPUs split into one group per lane of a Task's GPUs.
+func TestLaneDevices(t *testing.T) {
+	for _, tc := range []struct {
+		visible        string
+		perTask, lanes int
+		want           []string
+	}{
+		{"", 1, 0, []string{""}},
+		{"0", 1, 0, []string{"0"}},
+		{"0,1,2,3", 1, 0, []string{"0", "1", "2", "3"}},
+		{"0,1,2,3", 2, 0, []string{"0,1", "2,3"}},
+		{"0,1,2", 2, 0, []string{"0,1"}},
+		{"4,5,6,7", 1, 2, []string{"4", "5"}},
+	} {
+		got, err := laneDevices("row", tc.visible, tc.perTask, tc.lanes)
+		require.NoError(t, err, tc.visible)
+		assert.Equal(t, tc.want, got, "%q, %d a Task, lanes %d", tc.visible, tc.perTask, tc.lanes)
+	}
+	_, err := laneDevices("row", "0", 4, 0)
+	assert.ErrorContains(t, err, "row needs 4 GPUs a Task; CUDA_VISIBLE_DEVICES=0 names 1")
+}
+
+// TestInProcessLanes: -lanes N builds N Tasks of an in-process row.
+func TestInProcessLanes(t *testing.T) {
+	cp, err := models.Lookup("ref-t2v")
+	require.NoError(t, err)
+	m, err := buildModel(cp.Checkpoint, "", slog.New(slog.DiscardHandler), time.Minute, 3)
+	require.NoError(t, err)
+	assert.Len(t, m.Tasks(), 3)
 }

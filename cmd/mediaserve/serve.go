@@ -27,6 +27,7 @@ func serve(args []string, log *slog.Logger) error {
 	apiKey := fs.String("api-key", os.Getenv("MEDIASERVE_API_KEY"), "bearer key required on /v1/* (env MEDIASERVE_API_KEY)")
 	maxBody := fs.Int64("max-body", 32<<20, "largest request body in bytes")
 	keep := fs.Bool("keep-artifacts", false, "leave artifacts on disk at shutdown")
+	lanes := fs.Int("lanes", 0, "lanes per model, each a Task of its own taking jobs from the model's queue (0: one in process; for workers, one per GPU group of CUDA_VISIBLE_DEVICES)")
 	engine := fs.String("engine", "", "run every model that offers the choice with this engine (eager, regional-compile; default: each row's)")
 	fault := fs.String("fault", "", "switch on one deliberately broken behaviour, for the suite's self-test only (docs/FAULTS.md)")
 	loadFlag := fs.Duration("load-timeout", 0, "how long a model's load may take (default: from its row or bundle size; env MEDIAQUAL_LOAD_TIMEOUT)")
@@ -58,7 +59,7 @@ func serve(args []string, log *slog.Logger) error {
 		defer f.Close()
 		ledger = f
 	}
-	ms, err := buildModels(cps, *engine, log, *loadFlag)
+	ms, err := buildModels(cps, *engine, log, *loadFlag, *lanes)
 	if err != nil {
 		return err
 	}

@@ -74,7 +74,7 @@ func runTask(args []string, log *slog.Logger) error {
 		jobs = []taskJob{j}
 	}
 
-	ms, err := buildModels(cps, *engine, log, *loadFlag)
+	ms, err := buildModels(cps, *engine, log, *loadFlag, 1) // the native path: one lane
 	if err != nil {
 		return err
 	}

@@ -193,6 +193,8 @@ type Model struct {
 	Precision     string   `json:"precision"`
 	Runtime       string   `json:"runtime"`
 	QueueCapacity int      `json:"queue_capacity"`
+	Lanes         int      `json:"lanes"`                  // Tasks serving the model in parallel
+	LaneDevices   []string `json:"lane_devices,omitempty"` // each lane's devices, when the server names them
 	Controls      Controls `json:"controls"`
 	Defaults      Settings `json:"defaults"`
 	// Fault names the injected fault when the server runs with -fault (self-test only).

@@ -93,8 +93,9 @@ func TestContract(t *testing.T) {
 	job := byReq["req-video/job"]
 	require.NotNil(t, job.Output, "the video's terminal ledger line")
 	// The ledger and the video object must tell the same story.
+	lane0 := 0
 	assert.Empty(t, cmp.Diff(
-		ledger.Entry{Route: "POST /v1/videos", Model: "ref-t2v", JobID: v.ID, Status: "completed", Settings: &v.Settings, Actual: &v.Actual, Timing: &v.Timing},
+		ledger.Entry{Route: "POST /v1/videos", Model: "ref-t2v", JobID: v.ID, Lane: &lane0, Status: "completed", Settings: &v.Settings, Actual: &v.Actual, Timing: &v.Timing},
 		job, cmpopts.IgnoreFields(ledger.Entry{}, "Time", "Event", "RequestID", "Inputs", "Output")))
 	assert.Equal(t, v.SHA256, job.Output.SHA256)
 	assert.Equal(t, e.SHA256, byReq["req-edit/job"].Output.SHA256)

@@ -19,7 +19,8 @@ type Entry struct {
 	Route         string            `json:"route"`
 	Model         string            `json:"model,omitempty"`
 	JobID         string            `json:"job_id,omitempty"`
-	Status        string            `json:"status"` // completed | failed | cancelled | rejected | deleted | expired
+	Lane          *int              `json:"lane,omitempty"` // which of the model's lanes ran the job
+	Status        string            `json:"status"`         // completed | failed | cancelled | rejected | deleted | expired
 	HTTPStatus    int               `json:"http_status,omitempty"`
 	Error         *api.JobError     `json:"error,omitempty"`
 	Settings      *api.Settings     `json:"settings,omitempty"`
