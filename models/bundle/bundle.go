@@ -80,6 +80,11 @@ func IsL0(dir string) bool {
 // Hugging Face client left must name the same commit, and RevisionFile, when present, too:
 // a bundle mixed from two revisions is no revision. It returns "" when the bundle states none.
 func Revision(dir string) (commit, source string, err error) {
+	// A missing bundle states nothing, but "states no revision" would send its user looking
+	// for the wrong thing (seen on the H200 when the disk could not hold the bundle).
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return "", "", fmt.Errorf("no bundle directory at %s: set MEDIAQUAL_BUNDLES to the directory holding the row's bundle", dir)
+	}
 	found := map[string][]string{} // commit -> files stating it
 	meta := filepath.Join(dir, filepath.FromSlash(hfDownloadDir))
 	err = filepath.WalkDir(meta, func(p string, d fs.DirEntry, err error) error {

@@ -115,3 +115,9 @@ func TestLoadTimeout(t *testing.T) {
 	assert.ErrorContains(t, err, "MEDIAQUAL_LOAD_TIMEOUT")
 	assert.Contains(t, bundle.RaiseHint(time.Minute, "the default"), "MEDIAQUAL_LOAD_TIMEOUT=2m0s")
 }
+
+// A bundle that is not there is said to be missing, not to state no revision.
+func TestRevisionOfAMissingBundle(t *testing.T) {
+	_, _, err := bundle.Revision(filepath.Join(t.TempDir(), "absent"))
+	assert.ErrorContains(t, err, "no bundle directory at")
+}
