@@ -108,7 +108,7 @@ type Row struct {
 	ReferenceSSIM map[string]float64 `json:"reference_ssim,omitempty"`
 	// Limits are what keeps this run's evidence below the top of the ladder; Earned is the rung
 	// it supports (set by Earn), empty for a failed run or a row that is not a model.
-	Limits []Limit      `json:"limits,omitempty"`
+	Limits []Limit     `json:"limits,omitempty"`
 	Earned spec.Status `json:"earned,omitempty"`
 }
 
@@ -275,6 +275,11 @@ func throughput(w spec.Capability, t *Timing) string {
 }
 
 func joinMap(m map[string]string) string {
+	return joinSorted(m, "; ", func(v string) string { return v })
+}
+
+// joinSorted renders m as "key value" pairs in key order, sep between them.
+func joinSorted[V any](m map[string]V, sep string, value func(V) string) string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
@@ -282,9 +287,9 @@ func joinMap(m map[string]string) string {
 	sort.Strings(keys)
 	parts := make([]string, len(keys))
 	for i, k := range keys {
-		parts[i] = k + " " + m[k]
+		parts[i] = k + " " + value(m[k])
 	}
-	return strings.Join(parts, "; ")
+	return strings.Join(parts, sep)
 }
 
 func orDash(s string) string {

@@ -2,7 +2,7 @@ package reports
 
 import (
 	"fmt"
-	"sort"
+	"strconv"
 	"strings"
 
 	"mediaqual/models/spec"
@@ -64,16 +64,7 @@ func details(row Row) []detail {
 		add("load", "ready in %.1f s (timeout %.0f s, from %s)", l.ReadyS, l.TimeoutS, l.From)
 	}
 	if len(row.ReferenceSSIM) > 0 {
-		keys := make([]string, 0, len(row.ReferenceSSIM))
-		for k := range row.ReferenceSSIM {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		parts := make([]string, len(keys))
-		for i, k := range keys {
-			parts[i] = fmt.Sprintf("%s %.3f", k, row.ReferenceSSIM[k])
-		}
-		add("reference SSIM", "%s", strings.Join(parts, ", "))
+		add("reference SSIM", "%s", joinSorted(row.ReferenceSSIM, ", ", func(v float64) string { return fmt.Sprintf("%.3f", v) }))
 	}
 	if s := row.Settings; s != nil {
 		frames := ""
@@ -98,16 +89,7 @@ func details(row Row) []detail {
 		add("hardware", "%s", row.Hardware)
 	}
 	if len(row.Counts) > 0 {
-		keys := make([]string, 0, len(row.Counts))
-		for k := range row.Counts {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		parts := make([]string, len(keys))
-		for i, k := range keys {
-			parts[i] = fmt.Sprintf("%s %d", k, row.Counts[k])
-		}
-		add("counts", "%s", strings.Join(parts, ", "))
+		add("counts", "%s", joinSorted(row.Counts, ", ", strconv.Itoa))
 	}
 	if t := row.Timing; t != nil && t.Requests > 0 {
 		poll := ""

@@ -61,18 +61,22 @@ class WeightsTest(unittest.TestCase):
             self.assertEqual(b.ready_info(), {"weights": "L0-random", "engine": "eager"})
 
 
+class CompilablePipe:
+    """A pipeline whose transformer records how it was asked to compile."""
+
+    class Transformer:
+        compiled = None
+
+        def compile_repeated_blocks(self, **kw):
+            self.compiled = kw
+
+    def __init__(self):
+        self.transformer = self.Transformer()
+
+
 class EngineTest(unittest.TestCase):
     def test_engines(self):
-        class Transformer:
-            compiled = None
-
-            def compile_repeated_blocks(self, **kw):
-                self.compiled = kw
-
-        class Pipe:
-            transformer = Transformer()
-
-        b, pipe = pw.TorchBackend(), Pipe()
+        b, pipe = pw.TorchBackend(), CompilablePipe()
         b.apply_engine(pipe, "eager")
         self.assertIsNone(pipe.transformer.compiled)
         with self.assertRaisesRegex(RuntimeError, "engine 'max' is not one of eager, regional-compile"):
@@ -82,16 +86,7 @@ class EngineTest(unittest.TestCase):
     def test_regional_compile_is_deterministic_inductor(self):
         import torch._inductor.config as inductor
 
-        class Transformer:
-            compiled = None
-
-            def compile_repeated_blocks(self, **kw):
-                self.compiled = kw
-
-        class Pipe:
-            transformer = Transformer()
-
-        b, pipe = pw.TorchBackend(), Pipe()
+        b, pipe = pw.TorchBackend(), CompilablePipe()
         b.apply_engine(pipe, "regional-compile")
         self.assertEqual(pipe.transformer.compiled, {"fullgraph": True})
         self.assertTrue(inductor.deterministic)
