@@ -223,7 +223,7 @@ func TestMediaserveKill9AndRestart(t *testing.T) {
 	b, err := os.ReadFile(ledger)
 	require.NoError(t, err)
 	var completed []string
-	for _, m := range regexp.MustCompile(`"job_id":"(video_[0-9a-f]+)","status":"completed"`).FindAllSubmatch(b, -1) {
+	for _, m := range regexp.MustCompile(`"job_id":"(video_[0-9a-f]+)",(?:"lane":[0-9]+,)?"status":"completed"`).FindAllSubmatch(b, -1) {
 		completed = append(completed, string(m[1]))
 	}
 	slices.Sort(completed)

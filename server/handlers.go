@@ -304,7 +304,7 @@ func (s *Server) createEdit(w http.ResponseWriter, r *http.Request) {
 	info.inputs["prompt_sha256"] = digest([]byte(settings.Prompt))
 	info.inputs["reference_sha256"] = digest(refBytes)
 	info.inputs["reference_size"] = refSize.String()
-	j := s.newJob("img_", ".png", spec.ImageEdit, l, spec.Request{Settings: settings, Reference: ref}, info)
+	j := s.newJob("img_", ".png", spec.ImageEdit, l, spec.Request{Settings: settings, Reference: ref, ReferenceFile: refBytes}, info)
 	if !s.admit(w, r, route, j) {
 		return
 	}

@@ -31,7 +31,7 @@ func RunNative(ctx context.Context, m Model, capability spec.Capability, fields 
 		if e != nil {
 			return spec.Settings{}, Product{}, e
 		}
-		req.Reference = img
+		req.Reference, req.ReferenceFile = img, reference
 		refSize = &spec.Size{W: img.Bounds().Dx(), H: img.Bounds().Dy()}
 	}
 	settings, e := Resolve(cp, capability, fields, refSize)

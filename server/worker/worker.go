@@ -14,7 +14,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"image"
 	"image/png"
 	"io"
 	"os"
@@ -204,12 +203,12 @@ func (t *Task) Run(ctx context.Context, req spec.Request) (spec.Output, error) {
 
 	line := runLine{Op: "run", ID: id, Settings: req.Settings}
 	if req.Reference != nil {
-		path, err := writePNG(dir, id, req.Reference)
+		path, err := writeReference(dir, id, req)
 		if path != "" {
 			files = append(files, path)
 		}
 		if err != nil {
-			return spec.Output{}, &spec.Error{Code: CodeScratch, Message: "writing reference PNG: " + err.Error()}
+			return spec.Output{}, &spec.Error{Code: CodeScratch, Message: "writing the reference: " + err.Error()}
 		}
 		line.Reference = path
 	}
@@ -515,15 +514,19 @@ func (t *Task) scratchDir() (string, error) {
 	return d, nil
 }
 
-// writePNG writes img as a PNG in dir and returns its path (set even on a write error, so
+// writeReference writes the job's reference in dir, as uploaded when the bytes are there,
+// else as a PNG of the decoded image, and returns its path (set even on a write error, so
 // the caller can remove it).
-func writePNG(dir, id string, img image.Image) (string, error) {
-	f, err := os.CreateTemp(dir, id+"-ref-*.png")
+func writeReference(dir, id string, req spec.Request) (string, error) {
+	f, err := os.CreateTemp(dir, id+"-ref-*")
 	if err != nil {
 		return "", err
 	}
-	enc := png.Encoder{CompressionLevel: png.BestSpeed}
-	err = enc.Encode(f, img)
+	if len(req.ReferenceFile) > 0 {
+		_, err = f.Write(req.ReferenceFile)
+	} else {
+		err = (&png.Encoder{CompressionLevel: png.BestSpeed}).Encode(f, req.Reference)
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"image"
 	"image/color"
+	"image/png"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -174,6 +175,29 @@ func TestRunOK(t *testing.T) {
 	assert.Contains(t, log, fmt.Sprintf("worker[%d]: test worker starting in mode ok", pid), "stderr is copied, prefixed")
 	assert.Contains(t, log, "ignoring unparseable stdout line")
 	assert.Contains(t, log, `unknown job "no-such-job"`)
+}
+
+// TestImageEditReferenceAsUploaded: the worker gets the uploaded bytes, not a re-encode of the
+// decoded image (here they differ on purpose, so the output shows which one it read).
+func TestImageEditReferenceAsUploaded(t *testing.T) {
+	fx := newTask(t, "ok")
+	decoded := image.NewNRGBA(image.Rect(0, 0, 4, 3))
+	uploaded := image.NewNRGBA(image.Rect(0, 0, 4, 3))
+	for i := range uploaded.Pix {
+		uploaded.Pix[i] = byte(i*11) | 1
+		if i%4 == 3 {
+			uploaded.Pix[i] = 255
+		}
+	}
+	var file bytes.Buffer
+	require.NoError(t, png.Encode(&file, uploaded))
+	out, err := fx.task.Run(context.Background(), spec.Request{
+		Settings:  spec.Settings{Prompt: "p", Size: spec.Size{W: 4, H: 3}, Steps: 1, Guidance: 1, Seed: 1},
+		Reference: decoded, ReferenceFile: file.Bytes(),
+	})
+	require.NoError(t, err)
+	r := uploaded.NRGBAAt(2, 1)
+	assert.Equal(t, color.RGBA{r.R, r.G, r.B, 255}, out.Video.RGBA(0).RGBAAt(2, 1))
 }
 
 func TestImageEditReference(t *testing.T) {
