@@ -74,28 +74,34 @@ type TimePart struct {
 
 // Row is one checkpoint's result.
 type Row struct {
-	Checkpoint string            `json:"checkpoint"`
-	Family     string            `json:"family"`
-	Workload   spec.Capability   `json:"workload"`
-	Profile    string            `json:"profile"`
-	Label      string            `json:"label"` // what this row may be called: never more than was run
-	Revision   string            `json:"revision"`
-	Precision  string            `json:"precision"`
-	Status     spec.Status       `json:"inventory_status"`
-	Note       string            `json:"note,omitempty"`
-	Outcome    string            `json:"outcome"`
-	Gap        string            `json:"capability_gap,omitempty"`
-	Stages     []Stage           `json:"stages"`
-	Settings   *spec.Settings    `json:"settings,omitempty"`
-	Bundle     map[string]string `json:"bundle,omitempty"`  // what was served: path and digest
-	Dataset    map[string]string `json:"dataset,omitempty"` // fixture file -> sha256
-	Endpoint   string            `json:"endpoint,omitempty"`
-	Mode       string            `json:"mode,omitempty"`
-	Versions   map[string]string `json:"versions,omitempty"`
-	Hardware   string            `json:"hardware,omitempty"`
-	Counts     map[string]int    `json:"counts,omitempty"`
-	Timing     *Timing           `json:"timing,omitempty"`
-	Command    string            `json:"command"`
+	Checkpoint string          `json:"checkpoint"`
+	Family     string          `json:"family"`
+	Workload   spec.Capability `json:"workload"`
+	Profile    string          `json:"profile"`
+	Label      string          `json:"label"` // what this row may be called: never more than was run
+	Revision   string          `json:"revision"`
+	Precision  string          `json:"precision"`
+	// Engine is how the Task ran the model (eager, regional-compile): bytes are only
+	// comparable between runs of one engine.
+	Engine   string            `json:"engine,omitempty"`
+	Status   spec.Status       `json:"inventory_status"`
+	Note     string            `json:"note,omitempty"`
+	Outcome  string            `json:"outcome"`
+	Gap      string            `json:"capability_gap,omitempty"`
+	Stages   []Stage           `json:"stages"`
+	Settings *spec.Settings    `json:"settings,omitempty"`
+	Bundle   map[string]string `json:"bundle,omitempty"`  // what was served: path and digest
+	Dataset  map[string]string `json:"dataset,omitempty"` // fixture file -> sha256
+	Endpoint string            `json:"endpoint,omitempty"`
+	Mode     string            `json:"mode,omitempty"`
+	// Layout is how the server ran the model: its lanes and each one's devices, as
+	// /v1/models declared them. Bytes are only comparable between runs of one layout's degree.
+	Layout   string            `json:"layout,omitempty"`
+	Versions map[string]string `json:"versions,omitempty"`
+	Hardware string            `json:"hardware,omitempty"`
+	Counts   map[string]int    `json:"counts,omitempty"`
+	Timing   *Timing           `json:"timing,omitempty"`
+	Command  string            `json:"command"`
 	// AIPerfCommand is the exact AIPerf profile the aiperf stage ran.
 	AIPerfCommand string    `json:"aiperf_command,omitempty"`
 	Started       time.Time `json:"started"`

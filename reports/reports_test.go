@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,4 +76,17 @@ func TestEarnNeverExceedsALimit(t *testing.T) {
 	ref := Row{Profile: "reference/L0", Outcome: Passed}
 	ref.Earn()
 	assert.Empty(t, ref.Earned, "a reference family is not a model")
+}
+
+// The engine and the layout a row ran with are in its text: bytes compare only within them.
+func TestDetailsNameEngineAndLayout(t *testing.T) {
+	row := Row{Checkpoint: "x", Precision: "bf16", Engine: "regional-compile", Layout: "2 lanes: GPUs 0, 1",
+		Settings: &spec.Settings{Size: spec.Size{W: 8, H: 8}, Steps: 2, Seed: 1}}
+	var text []string
+	for _, d := range details(row) {
+		text = append(text, d.Name+": "+d.Text)
+	}
+	all := strings.Join(text, "\n")
+	assert.Contains(t, all, "precision bf16; engine regional-compile")
+	assert.Contains(t, all, "layout: 2 lanes: GPUs 0, 1")
 }

@@ -71,8 +71,12 @@ func details(row Row) []detail {
 		if s.NumFrames > 0 {
 			frames = fmt.Sprintf(", %d frames @ %d fps", s.NumFrames, s.FPS)
 		}
-		add("settings", "%s%s, %d steps, guidance %g, seed %d; precision %s; revision %s",
-			s.Size, frames, s.Steps, s.Guidance, s.Seed, row.Precision, orDash(row.Revision))
+		engine := ""
+		if row.Engine != "" {
+			engine = "; engine " + row.Engine
+		}
+		add("settings", "%s%s, %d steps, guidance %g, seed %d; precision %s%s; revision %s",
+			s.Size, frames, s.Steps, s.Guidance, s.Seed, row.Precision, engine, orDash(row.Revision))
 	}
 	for _, kv := range []struct {
 		name string
@@ -84,6 +88,9 @@ func details(row Row) []detail {
 	}
 	if row.Endpoint != "" {
 		add("endpoint", "%s (%s)", row.Endpoint, row.Mode)
+	}
+	if row.Layout != "" {
+		add("layout", "%s", row.Layout)
 	}
 	if row.Hardware != "" {
 		add("hardware", "%s", row.Hardware)
