@@ -108,8 +108,10 @@ type Row struct {
 	ReferenceSSIM map[string]float64 `json:"reference_ssim,omitempty"`
 	// Limits are what keeps this run's evidence below the top of the ladder; Earned is the rung
 	// it supports (set by Earn), empty for a failed run or a row that is not a model.
-	Limits []Limit      `json:"limits,omitempty"`
+	Limits []Limit     `json:"limits,omitempty"`
 	Earned spec.Status `json:"earned,omitempty"`
+	// Findings are the server's departures from the contract (harness/wire), each "name: detail".
+	Findings []string `json:"findings,omitempty"`
 }
 
 // Load is a served model's load: from start to ready, and the timeout it ran under.
