@@ -258,13 +258,11 @@ func TestRequestPlan(t *testing.T) {
 // endpoint that follows it has none.
 func TestEndpointDeparturesAreFindings(t *testing.T) {
 	c := &Case{Config: Config{Target: Target{Profile: wire.SGLang}}}
-	s := &Served{}
 	bad := wireStep("error", http.MethodPost, "/v1/videos")
 	bad.Response.Status, bad.Response.Body = 422, []byte(`{"detail":"prompt: field required"}`)
 	del := wireStep("delete", http.MethodDelete, "/v1/videos/v1")
 	del.Response.Status, del.Response.Body = 200, []byte(`{"ok":true}`)
 	c.steps = []wire.Step{bad, del, editStep([]byte(`{"created":1,"data":[{"b64_json":"eA=="}]}`))}
-	_ = s
 	var names []string
 	for _, f := range c.assess() {
 		names = append(names, f.Name)
@@ -288,4 +286,6 @@ func TestNotComparedIsNeverAPass(t *testing.T) {
 	require.Len(t, row.Stages, 1)
 	assert.False(t, row.Stages[0].Passed)
 	assert.Equal(t, "not compared: no native path", row.Stages[0].Message)
+	require.Len(t, row.Limits, 1, "and the row cannot earn more than implemented")
+	assert.Equal(t, spec.Implemented, row.Limits[0].Ceiling)
 }
