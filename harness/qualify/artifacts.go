@@ -111,17 +111,16 @@ func FetchArtifacts(c *Case, s *Served, native Native, run AIPerfRun) (Artifacts
 // content fetches a video's content; from an endpoint, the answer is kept for the contract's
 // assessment.
 func (c *Case) content(s *Served, jobID string) ([]byte, error) {
-	if !s.External {
-		data, _, err := s.API.Content(c.ctx, jobID)
-		return data, err
-	}
 	data, ctype, err := s.API.Content(c.ctx, jobID)
-	step := wireStep("content", http.MethodGet, "/v1/videos/"+jobID+"/content")
-	step.Response.Status, step.Response.ContentType = http.StatusOK, ctype
-	if err != nil {
-		step.Response.Status = statusOf(err)
+	if s.External {
+		method, path := s.Profile.Path(s.Profile.VideoContent, jobID)
+		step := wireStep("content", method, path)
+		step.Response.Status, step.Response.ContentType = http.StatusOK, ctype
+		if err != nil {
+			step.Response.Status = statusOf(err)
+		}
+		c.steps = append(c.steps, step)
 	}
-	c.steps = append(c.steps, step)
 	return data, err
 }
 
