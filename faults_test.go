@@ -11,11 +11,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	qual "mediaqual/harness/qualify"
 	"mediaqual/internal/casegen"
 )
-
-// envFault asks the suite to serve with a mediaserve fault switched on (mediaserve -fault).
-const envFault = "MEDIAQUAL_FAULT"
 
 // faultCases pairs every injectable fault with the checkpoint it is tried on and the check
 // that must catch it. docs/FAULTS.md is this table in prose.
@@ -49,10 +47,10 @@ var faultCases = []struct {
 // mediaserve with one fault switched on, in a child run of this test binary, and asserts that
 // the case fails at the check made for that fault, by name.
 func TestFaultsAreCaught(t *testing.T) {
-	if os.Getenv(envFault) != "" {
+	if os.Getenv(qual.EnvFault) != "" {
 		t.Skip("already inside a fault run")
 	}
-	if _, err := installedAIPerf(); err != nil {
+	if _, err := qual.InstalledAIPerf(config.Root); err != nil {
 		t.Fatalf("the fault self-test needs the pinned AIPerf: %v", err)
 	}
 	for _, fc := range faultCases {
@@ -61,7 +59,7 @@ func TestFaultsAreCaught(t *testing.T) {
 			defer cancel()
 			name := casegen.TestName(fc.checkpoint)
 			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run", "^"+name+"$", "-test.v", "-test.count=1")
-			cmd.Env = append(withoutEnv(os.Environ(), "MEDIAQUAL_REPORT_DIR"), envFault+"="+fc.fault,
+			cmd.Env = append(withoutEnv(os.Environ(), "MEDIAQUAL_REPORT_DIR"), qual.EnvFault+"="+fc.fault,
 				"MEDIAQUAL_REQUEST_TIMEOUT=4s")
 			out, err := cmd.CombinedOutput()
 			require.Error(t, err, "%s passed with fault %s switched on:\n%s", name, fc.fault, out)

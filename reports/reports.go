@@ -116,6 +116,8 @@ type Row struct {
 	// it supports (set by Earn), empty for a failed run or a row that is not a model.
 	Limits []Limit     `json:"limits,omitempty"`
 	Earned spec.Status `json:"earned,omitempty"`
+	// Findings are the server's departures from the contract (harness/wire), each "name: detail".
+	Findings []string `json:"findings,omitempty"`
 }
 
 // Load is a served model's load: from start to ready, and the timeout it ran under.

@@ -60,6 +60,9 @@ func details(row Row) []detail {
 	for _, l := range row.Limits {
 		add("limit", "at most %s: %s", l.Ceiling, l.Why)
 	}
+	for _, f := range row.Findings {
+		add("finding", "%s", f)
+	}
 	if l := row.Load; l != nil {
 		add("load", "ready in %.1f s (timeout %.0f s, from %s)", l.ReadyS, l.TimeoutS, l.From)
 	}

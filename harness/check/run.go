@@ -1,0 +1,140 @@
+package check
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"image"
+	"math"
+	"net/http"
+	"os"
+
+	"mediaqual/harness/aiperf"
+	"mediaqual/harness/client"
+	"mediaqual/harness/media"
+	"mediaqual/models/spec"
+)
+
+// The checks of a run's mechanics: goldens, the AIPerf run, responses, delete and the encoder.
+
+// Golden is the check "golden": an output's frame digest against its golden, or, when update,
+// recorded as the golden.
+func Golden(goldens map[string]string, update bool, key, frames, file string) error {
+	switch want, ok := goldens[key]; {
+	case update:
+		goldens[key] = frames
+	case !ok:
+		return fmt.Errorf("check golden: no golden for %s in %s; record with MEDIAQUAL_UPDATE_GOLDENS=1", key, file)
+	case want != frames:
+		return fmt.Errorf("check golden: %s frames %s, golden %s (refresh only with MEDIAQUAL_UPDATE_GOLDENS=1 after a deliberate change)", key, frames[:12], want[:12])
+	}
+	return nil
+}
+
+// AIPerfVersion is the check "aiperf-version": the run's own report of its version against
+// the pin (an aborted run has none).
+func AIPerfVersion(x aiperf.Exports) error {
+	if x.HasSummary && x.Summary.Version != aiperf.Version {
+		return fmt.Errorf("check aiperf-version: the run reports %s, pinned %s", x.Summary.Version, aiperf.Version)
+	}
+	return nil
+}
+
+// AIPerfRun holds a fully accounted AIPerf run to its plan (checks "aiperf-exit",
+// "aiperf-counts", "aiperf-inputs"): a clean exit, the planned warmup and measured requests,
+// and nothing sent but pinned prompts.
+func AIPerfRun(reqs []aiperf.Request, execErr error, warmup, measured int, pinned func(prompt string) bool) error {
+	if execErr != nil {
+		return fmt.Errorf("check aiperf-exit: every request is accounted for, yet %w", execErr)
+	}
+	w, m := 0, 0
+	for _, r := range reqs {
+		if r.Warmup {
+			w++
+		} else {
+			m++
+		}
+	}
+	if w != warmup || m != measured {
+		return fmt.Errorf("check aiperf-counts: %d warmup and %d measured records, want %d and %d", w, m, warmup, measured)
+	}
+	for _, r := range reqs {
+		prompt, _ := r.Raw.Payload["prompt"].(string)
+		if !pinned(prompt) {
+			return fmt.Errorf("check aiperf-inputs: request %s sent prompt %q, which is not a pinned input", r.XRequestID, prompt)
+		}
+	}
+	return nil
+}
+
+// EditResponse is the check "edit-response": the one edited PNG AIPerf received, from the
+// response body it kept.
+func EditResponse(raw aiperf.RawRecord) ([]byte, error) {
+	data, _ := raw.Body(0)["data"].([]any)
+	if len(data) != 1 {
+		return nil, fmt.Errorf("check edit-response: want one image in data, got %d", len(data))
+	}
+	b64, _ := data[0].(map[string]any)["b64_json"].(string)
+	img, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil || len(img) == 0 {
+		return nil, fmt.Errorf("check edit-response: data[0].b64_json: %v", err)
+	}
+	return img, nil
+}
+
+// GoneAfterDelete is the check "delete": what GET answered for a deleted job must be the
+// contract's 404. Any other error (a 500, a dropped connection) is not evidence it is gone.
+func GoneAfterDelete(id string, err error) error {
+	var apiErr *client.APIError
+	switch {
+	case err == nil:
+		return fmt.Errorf("check delete: %s still answers after delete", id)
+	case !errors.As(err, &apiErr) || apiErr.Status != http.StatusNotFound:
+		return fmt.Errorf("check delete: GET %s after delete: want 404, got %v", id, err)
+	}
+	return nil
+}
+
+// InfluenceVerdict reads the influence probe against the row (check "influence-expected-gap"):
+// a gap fails unless the row is a negative control expecting exactly that gap, which fails
+// if the probe finds none.
+func InfluenceVerdict(gap string, err error, expect string) (string, error) {
+	switch {
+	case gap != "" && gap == expect:
+		return "capability gap detected as expected for this negative control: " + err.Error(), nil
+	case err != nil:
+		return "", err
+	case expect != "":
+		return "", fmt.Errorf("check influence-expected-gap: the probe did not find the expected gap %q", expect)
+	}
+	return "outputs follow their references", nil
+}
+
+// EncodePSNR is the check "encode-psnr": the PSNR (dB, RGB) of a decoded clip against the raw
+// rgb24 frames it was encoded from, over the whole clip (one mean squared error), capped at
+// 100 dB for a lossless match so that it stays a number. Reported, not thresholded.
+func EncodePSNR(rawPath string, decoded []*image.RGBA) (float64, error) {
+	pix, err := os.ReadFile(rawPath)
+	if err != nil {
+		return 0, fmt.Errorf("check encode-psnr: the native raw frames: %w", err)
+	}
+	w, h := decoded[0].Rect.Dx(), decoded[0].Rect.Dy()
+	raw := spec.Video{W: w, H: h, N: len(decoded), Pix: pix}
+	if err := raw.Check(); err != nil {
+		return 0, fmt.Errorf("check encode-psnr: raw frames against the %d decoded: %w", len(decoded), err)
+	}
+	var mse float64
+	for i, f := range decoded {
+		p, err := media.PSNR(f, raw.RGBA(i))
+		if err != nil {
+			return 0, fmt.Errorf("check encode-psnr: frame %d: %w", i, err)
+		}
+		if !math.IsInf(p, 1) {
+			mse += 255 * 255 / math.Pow(10, p/10) / float64(len(decoded))
+		}
+	}
+	if mse == 0 {
+		return 100, nil
+	}
+	return min(100, 10*math.Log10(255*255/mse)), nil
+}

@@ -1,0 +1,143 @@
+package check
+
+import (
+	"encoding/base64"
+	"fmt"
+	"image"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"mediaqual/harness/aiperf"
+	"mediaqual/harness/client"
+	"mediaqual/models/spec"
+)
+
+func TestAIPerfRunChecksCatchBrokenRuns(t *testing.T) {
+	pinned := func(p string) bool { return p == "a cat" || p == "a dog" }
+	req := func(prompt string, warmup bool) aiperf.Request {
+		return aiperf.Request{XRequestID: "r-" + prompt, Warmup: warmup, Outcome: aiperf.Completed,
+			Raw: aiperf.RawRecord{Payload: map[string]any{"prompt": prompt}}}
+	}
+	good := []aiperf.Request{req("a cat", true), req("a cat", false), req("a dog", false)}
+	require.NoError(t, AIPerfRun(good, nil, 1, 2, pinned))
+
+	for name, c := range map[string]struct {
+		reqs    []aiperf.Request
+		execErr error
+		want    string
+	}{
+		"non-zero exit":   {good, fmt.Errorf("exit status 1"), "check aiperf-exit: every request is accounted for, yet exit status 1"},
+		"no warmup":       {good[1:], nil, "check aiperf-counts: 0 warmup and 2 measured records, want 1 and 2"},
+		"one short":       {good[:2], nil, "check aiperf-counts: 1 warmup and 1 measured records, want 1 and 2"},
+		"two warmups":     {append([]aiperf.Request{req("a dog", true)}, good...), nil, "check aiperf-counts: 2 warmup"},
+		"unpinned prompt": {[]aiperf.Request{req("a cat", true), req("a cat", false), req("a cow", false)}, nil, `check aiperf-inputs: request r-a cow sent prompt "a cow"`},
+	} {
+		err := AIPerfRun(c.reqs, c.execErr, 1, 2, pinned)
+		require.Error(t, err, name)
+		assert.Contains(t, err.Error(), c.want, name)
+	}
+
+	x := aiperf.Exports{HasSummary: true}
+	x.Summary.Version = aiperf.Version
+	require.NoError(t, AIPerfVersion(x))
+	x.Summary.Version = "0.12.0"
+	assert.ErrorContains(t, AIPerfVersion(x), "check aiperf-version: the run reports 0.12.0, pinned "+aiperf.Version)
+}
+
+func TestGoldenCatchesChangedOutput(t *testing.T) {
+	a, b := strings.Repeat("a", 64), strings.Repeat("b", 64)
+	goldens := map[string]string{"ref-t2v/prompt-0": a}
+	require.NoError(t, Golden(goldens, false, "ref-t2v/prompt-0", a, "goldens.json"))
+	assert.ErrorContains(t, Golden(goldens, false, "ref-t2v/prompt-0", b, "goldens.json"), "check golden: ref-t2v/prompt-0 frames bbbbbbbbbbbb, golden aaaaaaaaaaaa")
+	assert.ErrorContains(t, Golden(goldens, false, "ref-t2v/prompt-1", a, "goldens.json"), "check golden: no golden for ref-t2v/prompt-1 in goldens.json")
+	require.NoError(t, Golden(goldens, true, "ref-t2v/prompt-1", b, "goldens.json"), "update records")
+	assert.Equal(t, b, goldens["ref-t2v/prompt-1"])
+}
+
+func TestInfluenceVerdict(t *testing.T) {
+	gapErr := fmt.Errorf("check influence-changes-output: outputs differ by 0.0")
+	_, err := InfluenceVerdict("", nil, "")
+	require.NoError(t, err, "no gap, none expected")
+	_, err = InfluenceVerdict("ignores-reference", gapErr, "")
+	assert.Equal(t, gapErr, err, "an unexpected gap fails the case")
+	msg, err := InfluenceVerdict("ignores-reference", gapErr, "ignores-reference")
+	require.NoError(t, err, "the negative control's expected gap")
+	assert.Contains(t, msg, "as expected")
+	_, err = InfluenceVerdict("", nil, "ignores-reference")
+	assert.ErrorContains(t, err, `check influence-expected-gap: the probe did not find the expected gap "ignores-reference"`)
+	_, err = InfluenceVerdict("other-gap", gapErr, "ignores-reference")
+	assert.Equal(t, gapErr, err, "a different gap from the expected one fails")
+}
+
+func TestEditResponseMustCarryOneImage(t *testing.T) {
+	rec := func(body string) aiperf.RawRecord {
+		return aiperf.RawRecord{Responses: []aiperf.RawResponse{{Text: body}}}
+	}
+	img, err := EditResponse(rec(`{"data":[{"b64_json":"` + base64.StdEncoding.EncodeToString([]byte("png")) + `"}]}`))
+	require.NoError(t, err)
+	assert.Equal(t, []byte("png"), img)
+	for body, want := range map[string]string{
+		`{"data":[]}`: "check edit-response: want one image in data, got 0",
+		`{"data":[{"b64_json":"eA=="},{"b64_json":"eA=="}]}`: "check edit-response: want one image in data, got 2",
+		`{"data":[{"b64_json":"not base64!"}]}`:              "check edit-response: data[0].b64_json",
+		`{"data":[{"url":"http://x/y.png"}]}`:                "check edit-response: data[0].b64_json",
+		`not json`:                                           "check edit-response: want one image in data, got 0",
+	} {
+		_, err := EditResponse(rec(body))
+		assert.ErrorContains(t, err, want, body)
+	}
+}
+
+// Cleanup's delete check accepts only the 404 the contract promises for a deleted job.
+func TestDeletedJobMustAnswer404(t *testing.T) {
+	require.NoError(t, GoneAfterDelete("video_1", &client.APIError{Status: 404}))
+	for name, err := range map[string]error{
+		"still there":  nil,
+		"server error": &client.APIError{Status: 500},
+		"conflict":     &client.APIError{Status: 409},
+		"no answer":    fmt.Errorf("dial tcp: connection refused"),
+	} {
+		assert.ErrorContains(t, GoneAfterDelete("video_1", err), "check delete:", name)
+	}
+}
+
+// TestEncodePSNRMeasuresTheEncoder: equal frames are 100 dB (lossless), a changed pixel
+// lowers it, and raw frames that are not the decoded clip's fail check encode-psnr.
+func TestEncodePSNRMeasuresTheEncoder(t *testing.T) {
+	frames := make([]*image.RGBA, 2)
+	for i := range frames {
+		frames[i] = image.NewRGBA(image.Rect(0, 0, 4, 2))
+		for p := range frames[i].Pix {
+			frames[i].Pix[p] = uint8(10*i + p)
+			if p%4 == 3 {
+				frames[i].Pix[p] = 255 // decoded frames are opaque
+			}
+		}
+	}
+	v, err := spec.PackRGBA(frames)
+	require.NoError(t, err)
+	raw := filepath.Join(t.TempDir(), "frames.rgb")
+	require.NoError(t, os.WriteFile(raw, v.Pix, 0o644))
+
+	p, err := EncodePSNR(raw, frames)
+	require.NoError(t, err)
+	assert.Equal(t, 100.0, p)
+
+	changed := image.NewRGBA(frames[1].Rect)
+	copy(changed.Pix, frames[1].Pix)
+	changed.Pix[0] += 20
+	p, err = EncodePSNR(raw, []*image.RGBA{frames[0], changed})
+	require.NoError(t, err)
+	assert.Less(t, p, 40.0)
+	assert.Greater(t, p, 20.0)
+
+	_, err = EncodePSNR(raw, frames[:1])
+	assert.ErrorContains(t, err, "check encode-psnr: raw frames against the 1 decoded")
+	_, err = EncodePSNR(filepath.Join(t.TempDir(), "missing.rgb"), frames)
+	assert.ErrorContains(t, err, "check encode-psnr: the native raw frames")
+}

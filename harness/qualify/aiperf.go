@@ -1,0 +1,358 @@
+package qualify
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"mediaqual/fixtures"
+	"mediaqual/harness/aiperf"
+	"mediaqual/harness/api"
+	"mediaqual/harness/check"
+	"mediaqual/harness/ledger"
+	"mediaqual/harness/wire"
+	"mediaqual/models/spec"
+)
+
+// aiperfPoll is the stated polling cadence of AIPerf's video client in every run.
+const aiperfPoll = 100 * time.Millisecond
+
+// AIPerfRun is what the aiperf stage established: every AIPerf request, accounted for and
+// matched to its pinned input.
+type AIPerfRun struct {
+	Requests []Request
+	PollMS   float64 // AIPerf's stated polling cadence (video only)
+}
+
+// Request is one AIPerf request and what the server said of it.
+type Request struct {
+	item      workItem
+	Warmup    bool
+	RequestID string
+	JobID     string
+	LatencyMS float64 // AIPerf's request_latency
+	creditNS  int64
+	// TaskMS is the server's Task time for this request; 0 when it reports none.
+	TaskMS   float64
+	timing   api.Timing
+	declared ledger.Output // what the server declared of the artifact (digests), when it did
+	peakMB   float64
+	raw      aiperf.RawRecord
+}
+
+var (
+	aiperfOnce sync.Once
+	aiperfEnv  aiperf.Env
+	aiperfErr  error
+)
+
+// InstalledAIPerf is the pinned AIPerf, installed once per process under root (make installs
+// it beforehand, so this normally only checks the metadata).
+func InstalledAIPerf(root string) (aiperf.Env, error) {
+	aiperfOnce.Do(func() {
+		aiperfEnv, aiperfErr = aiperf.Ensure(context.Background(), aiperf.DefaultVenv(root), nil)
+	})
+	return aiperfEnv, aiperfErr
+}
+
+// AIPerf is the stage "aiperf": the published AIPerf against the served checkpoint, one
+// warmup and one measured request per pinned input, every request accounted for on the
+// server (its ledger, or for an endpoint its own answers).
+func AIPerf(c *Case, s *Served) (AIPerfRun, string, error) {
+	var run AIPerfRun
+	if s == nil {
+		return run, "", errors.New("no server: the serve stage failed")
+	}
+	env, err := InstalledAIPerf(c.Config.Root)
+	if err != nil {
+		return run, "", fmt.Errorf("check aiperf-install: %w", err)
+	}
+	items, err := c.items()
+	if err != nil {
+		return run, "", err
+	}
+	dir := filepath.Join(c.Dir, "aiperf")
+	input, byPrompt, err := c.aiperfDataset(items)
+	if err != nil {
+		return run, "", err
+	}
+	tok, err := fixtures.WriteTokenizer(filepath.Join(c.Dir, "tokenizer"))
+	if err != nil {
+		return run, "", err
+	}
+	warmup, measured := c.Config.plan(len(items))
+	if warmup < pinnedWarmup || measured < len(items) {
+		why := fmt.Sprintf("quick run: %d warmup + %d measured requests, fewer than the pinned %d + %d", warmup, measured, pinnedWarmup, len(items))
+		c.limit(spec.FamilyValidated, why)
+		c.Row.Label += " (" + why + ")"
+	}
+	ar := aiperf.Run{
+		Model: c.Entry.ID, URL: s.URL, Tokenizer: tok, InputFile: input, Extra: c.extraInputs(),
+		Warmup: warmup, Requests: measured, Concurrency: c.Config.Concurrency, ArtifactDir: dir,
+		PollInterval: aiperfPoll, RequestTimeout: c.Config.RequestTimeout, APIKey: s.API.APIKey,
+	}
+	ar.Endpoint = aiperf.ImageEdit
+	if c.Entry.Workload == spec.TextToVideo {
+		ar.Endpoint = aiperf.VideoGeneration
+		run.PollMS = ms(aiperfPoll)
+	}
+	c.Row.AIPerfCommand = ar.CommandLine("aiperf")
+	c.Row.Versions["aiperf"] = env.Version
+	// AIPerf exits non-zero when every request failed; its records still say which and why,
+	// so they are accounted for before its exit status is.
+	stopProgress := c.showProgress(s, c.T.Logf, progressEvery)
+	execErr := env.Exec(c.ctx, ar)
+	stopProgress()
+	x, err := aiperf.ReadExports(dir)
+	if err != nil {
+		return run, "", errors.Join(execErr, err)
+	}
+	if err := check.AIPerfVersion(x); err != nil {
+		return run, "", err
+	}
+	reqs, entries, err := c.followUnfinished(s, x)
+	if err != nil {
+		return run, "", err
+	}
+	c.Row.Counts = countRequests(reqs)
+	c.Row.Counts["planned_warmup"], c.Row.Counts["planned_measured"] = warmup, measured
+	c.Row.Counts["pinned_warmup"], c.Row.Counts["pinned_measured"] = pinnedWarmup, len(items)
+	if err := aiperf.Account(reqs, entries); err != nil {
+		return run, "", errors.Join(err, execErr)
+	}
+	pinned := func(p string) bool { _, ok := byPrompt[p]; return ok }
+	if err := check.AIPerfRun(reqs, execErr, warmup, measured, pinned); err != nil {
+		return run, "", err
+	}
+	for _, r := range reqs {
+		prompt, _ := r.Raw.Payload["prompt"].(string)
+		e := r.Server[0]
+		q := Request{item: byPrompt[prompt], Warmup: r.Warmup, RequestID: r.XRequestID, JobID: e.JobID,
+			LatencyMS: r.LatencyMS, creditNS: r.CreditIssuedNS, raw: r.Raw}
+		if e.Timing != nil {
+			q.timing, q.TaskMS = *e.Timing, e.Timing.TaskCallWallMS
+		}
+		if e.Output != nil {
+			q.declared, q.peakMB = *e.Output, e.Output.PeakMemoryMB
+		}
+		run.Requests = append(run.Requests, q)
+	}
+	how := "every request maps to exactly one server job"
+	if s.External {
+		how = "every request maps to exactly one job the endpoint reports"
+	}
+	return run, fmt.Sprintf("AIPerf %s: %s (%d warmup, %d measured); %s", env.Version, aiperf.Summarize(reqs), warmup, measured, how), nil
+}
+
+func countRequests(reqs []aiperf.Request) map[string]int {
+	c := map[string]int{"requests": len(reqs)}
+	for _, r := range reqs {
+		if r.Warmup {
+			c["warmup"]++
+		} else {
+			c["measured"]++
+		}
+		if r.Outcome != aiperf.Completed {
+			c["errors"]++
+		}
+	}
+	return c
+}
+
+// progressEvery is how often a long AIPerf run reports the server's job progress.
+const progressEvery = 15 * time.Second
+
+// showProgress logs, every interval while AIPerf runs, each unfinished video job's status and
+// progress as the server reports them, so a long GPU run shows it is moving. It returns the
+// function that stops it.
+func (c *Case) showProgress(s *Served, logf func(string, ...any), every time.Duration) func() {
+	if c.Entry.Workload != spec.TextToVideo {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(c.ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			jobs, err := s.API.ListVideos(ctx, 8)
+			if err != nil {
+				continue // the run's own accounting reports a server that stops answering
+			}
+			for _, v := range jobs {
+				if !v.Terminal() {
+					logf("progress: %s %s %d%%", v.ID, v.Status, v.Progress)
+				}
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// followUnfinished joins the run with the server's account of it; a job the server accepted
+// but has not ended is followed to its end (bounded) before the final join, so nothing is
+// dropped.
+func (c *Case) followUnfinished(s *Served, x aiperf.Exports) ([]aiperf.Request, []ledger.Entry, error) {
+	entries, err := c.account(s, x)
+	if err != nil {
+		return nil, nil, err
+	}
+	reqs := aiperf.Join(x, entries)
+	followed := false
+	for _, r := range reqs {
+		if r.Outcome == aiperf.Unfinished && c.Entry.Workload == spec.TextToVideo {
+			ctx, cancel := context.WithTimeout(c.ctx, c.Config.RequestTimeout)
+			_, _, _ = s.API.WaitVideo(ctx, r.JobID) // its end, if any, reaches the account
+			cancel()
+			followed = true
+		}
+	}
+	if !followed {
+		return reqs, entries, nil
+	}
+	if entries, err = c.account(s, x); err != nil {
+		return nil, nil, err
+	}
+	return aiperf.Join(x, entries), entries, nil
+}
+
+// account is the server's account of the run: a launched mediaserve's ledger, or, for an
+// endpoint (whose ledger, if any, is not ours to read), a terminal job line built from what
+// the endpoint answers for each job AIPerf saw. Every answer is kept for the contract's
+// assessment.
+func (c *Case) account(s *Served, x aiperf.Exports) ([]ledger.Entry, error) {
+	if !s.External {
+		return ledger.Read(s.ledgerPath)
+	}
+	var entries []ledger.Entry
+	for _, raw := range x.Raw {
+		e := ledger.Entry{Event: "job", RequestID: raw.Meta.XRequestID, JobID: raw.JobID()}
+		var body []byte
+		if c.Entry.Workload == spec.TextToVideo {
+			if e.JobID == "" {
+				continue // neither a job nor a refusal: Join calls it lost
+			}
+			method, path := s.Profile.Path(s.Profile.PollVideo, e.JobID)
+			step, err := s.exchange(c.ctx, "poll", method, path, nil)
+			if err != nil {
+				return nil, err
+			}
+			c.steps = append(c.steps, step)
+			if step.Response.Status != http.StatusOK {
+				continue
+			}
+			v, _, err := s.Profile.ParseVideo(step.Response.Body)
+			if err != nil {
+				return nil, err
+			}
+			if v.Status != api.StatusCompleted && v.Status != api.StatusFailed {
+				continue // unfinished: no terminal line yet
+			}
+			e.Status, e.Error, body = v.Status, v.Error, step.Response.Body
+			if !math.IsNaN(v.TaskTimeS) {
+				e.Timing = &api.Timing{TaskCallWallMS: v.TaskTimeS * 1000}
+			}
+		} else {
+			if raw.Error != nil {
+				continue // the client's error is kept by Join
+			}
+			if len(raw.Responses) == 0 {
+				continue
+			}
+			body = []byte(raw.Responses[0].Text)
+			c.steps = append(c.steps, editStep(body))
+			e.Status = api.StatusCompleted
+		}
+		// mediaserve's own objects say more (timing parts, digests); other servers' do not.
+		var more struct {
+			Timing       *api.Timing `json:"timing"`
+			SHA256       string      `json:"sha256"`
+			PeakMemoryMB float64     `json:"peak_memory_mb"`
+			Actual       *api.Actual `json:"actual"`
+		}
+		if json.Unmarshal(body, &more) == nil {
+			if more.Timing != nil && more.Timing.TaskCallWallMS > 0 {
+				e.Timing = more.Timing
+			}
+			e.Actual = more.Actual
+			e.Output = &ledger.Output{SHA256: more.SHA256, PeakMemoryMB: more.PeakMemoryMB}
+		}
+		entries = append(entries, e)
+	}
+	return entries, nil
+}
+
+// editStep keeps an edit AIPerf made as a wire.Step.
+func editStep(body []byte) (st wire.Step) {
+	st.Step = "edit"
+	st.Request.Method, st.Request.Path = http.MethodPost, "/v1/images/edits"
+	st.Response.Status, st.Response.Body = http.StatusOK, body
+	return st
+}
+
+// aiperfDataset writes the single_turn JSONL AIPerf reads: the pinned prompts, and for
+// image_edit the references as PNG files (AIPerf re-encodes local images; PNG keeps that
+// lossless).
+func (c *Case) aiperfDataset(items []workItem) (string, map[string]workItem, error) {
+	path := filepath.Join(c.Dir, "aiperf-input.jsonl")
+	f, err := os.Create(path)
+	if err != nil {
+		return "", nil, err
+	}
+	defer f.Close()
+	enc := json.NewEncoder(f)
+	byPrompt := map[string]workItem{}
+	for _, it := range items {
+		line := map[string]string{"text": it.fields["prompt"]}
+		if it.ref != nil {
+			ref := filepath.Join(c.Dir, "references", it.key+".png")
+			if err := os.MkdirAll(filepath.Dir(ref), 0o755); err != nil {
+				return "", nil, err
+			}
+			if err := os.WriteFile(ref, it.ref, 0o644); err != nil {
+				return "", nil, err
+			}
+			line["image"] = ref
+		}
+		if _, dup := byPrompt[line["text"]]; dup {
+			return "", nil, fmt.Errorf("fixture prompts must be unique to match requests to inputs: %q", line["text"])
+		}
+		byPrompt[line["text"]] = it
+		if err := enc.Encode(line); err != nil {
+			return "", nil, err
+		}
+	}
+	return path, byPrompt, f.Close()
+}
+
+// extraInputs are the pinned settings as --extra-inputs, in a stable order.
+func (c *Case) extraInputs() [][2]string {
+	fields := c.Entry.Defaults.Fields(c.Entry.Controls, c.Entry.Workload)
+	delete(fields, "prompt")
+	keys := make([]string, 0, len(fields))
+	for k := range fields {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	out := make([][2]string, len(keys))
+	for i, k := range keys {
+		out[i] = [2]string{k, fields[k]}
+	}
+	return out
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -1,0 +1,207 @@
+package qualify
+
+import (
+	"errors"
+	"fmt"
+	"image"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"mediaqual/harness/check"
+	"mediaqual/harness/media"
+	"mediaqual/models/spec"
+)
+
+// Artifacts is what the artifacts stage established: each request of the AIPerf run with its
+// artifact fetched, kept and checked.
+type Artifacts struct {
+	Run    AIPerfRun
+	Served []Artifact // in the run's order
+}
+
+// Artifact is one request's fetched artifact.
+type Artifact struct {
+	Request
+	Path    string
+	SHA256  string
+	Decoded []string // digests of its decoded frames
+	PSNR    float64  // of the decoded artifact against its raw frames, when measured
+}
+
+// measured are the artifacts of the requests outside warmup.
+func (a Artifacts) measured() []Artifact {
+	var out []Artifact
+	for _, s := range a.Served {
+		if !s.Warmup {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// FetchArtifacts is the stage "artifacts": the artifact of every request of the AIPerf run
+// (AIPerf throws videos away) fetched, held to the digest the server declared, and put
+// through every artifact check.
+func FetchArtifacts(c *Case, s *Served, native Native, run AIPerfRun) (Artifacts, string, error) {
+	out := Artifacts{Run: run}
+	if len(run.Requests) == 0 {
+		return out, "", errors.New("no AIPerf requests to check: the aiperf stage failed")
+	}
+	var failed []error // every artifact is fetched and kept; each failure is listed
+	declared := 0
+	for _, r := range run.Requests {
+		a := Artifact{Request: r}
+		var data []byte
+		var err error
+		if c.Entry.Workload == spec.TextToVideo {
+			if data, err = c.content(s, r.JobID); err != nil {
+				return out, "", fmt.Errorf("check artifact-fetch: request %s, completed job %s: %w", r.RequestID, r.JobID, err)
+			}
+		} else if data, err = check.EditResponse(r.raw); err != nil {
+			return out, "", fmt.Errorf("request %s: %w", r.RequestID, err)
+		}
+		a.SHA256 = digest(data)
+		switch {
+		case r.declared.SHA256 != "":
+			if err := check.Digest("ledger-digest", a.SHA256, r.declared.SHA256); err != nil {
+				return out, "", fmt.Errorf("request %s (job %s): %w", r.RequestID, r.JobID, err)
+			}
+			declared++
+		case !s.External:
+			return out, "", fmt.Errorf("check ledger-digest: request %s has no single completed ledger line", r.RequestID)
+		}
+		a.Path = filepath.Join(c.Dir, "http", fmt.Sprintf("%s-%s%s", r.item.key, r.JobID, extension(c.Entry.Workload)))
+		if err := os.MkdirAll(filepath.Dir(a.Path), 0o755); err != nil {
+			return out, "", err
+		}
+		if err := os.WriteFile(a.Path, data, 0o644); err != nil {
+			return out, "", err
+		}
+		where := fmt.Sprintf("served %s (request %s, job %s)", r.item.key, r.RequestID, r.JobID)
+		frames, err := c.validate(a.Path, r.item)
+		if err != nil {
+			failed = append(failed, fmt.Errorf("%s: %w", where, err))
+		}
+		if a.Decoded, err = c.frameDigests(a.Path, frames); err != nil {
+			failed = append(failed, fmt.Errorf("%s: %w", where, err))
+		}
+		if n, ok := native[r.item.key]; ok && frames != nil && n.FramesSHA256 == r.declared.FramesSHA256 {
+			// The served artifact was encoded from exactly the native raw frames.
+			if a.PSNR, err = check.EncodePSNR(n.Raw, frames); err != nil {
+				failed = append(failed, fmt.Errorf("%s: %w", where, err))
+			}
+		}
+		out.Served = append(out.Served, a)
+	}
+	if err := c.showArtifact(out.measured()); err != nil {
+		failed = append(failed, err)
+	}
+	if len(failed) > 0 {
+		return out, "", errors.Join(failed...)
+	}
+	c.Row.Counts["artifacts_verified"] = len(out.Served)
+	if s.External {
+		return out, fmt.Sprintf("%d artifacts of the AIPerf run fetched and verified; %d held to a digest the endpoint declared (it keeps no ledger the suite can read)", len(out.Served), declared), nil
+	}
+	return out, fmt.Sprintf("%d artifacts of the AIPerf run fetched, matched to the ledger's digests and verified", len(out.Served)), nil
+}
+
+// content fetches a video's content; from an endpoint, the answer is kept for the contract's
+// assessment.
+func (c *Case) content(s *Served, jobID string) ([]byte, error) {
+	data, ctype, err := s.API.Content(c.ctx, jobID)
+	if s.External {
+		method, path := s.Profile.Path(s.Profile.VideoContent, jobID)
+		step := wireStep("content", method, path)
+		step.Response.Status, step.Response.ContentType = http.StatusOK, ctype
+		if err != nil {
+			step.Response.Status = statusOf(err)
+		}
+		c.steps = append(c.steps, step)
+	}
+	return data, err
+}
+
+// Identity is the stage "identity": every served artifact equals the native artifact for the
+// same inputs, bytes and decoded frames. Without a native path it is not compared.
+func Identity(c *Case, native Native, a Artifacts) (string, error) {
+	if len(a.Served) == 0 || a.Served[0].Path == "" {
+		return "", errors.New("no served artifacts: the artifacts stage failed")
+	}
+	if len(native) == 0 {
+		return "", NotCompared{"no native path for " + c.Entry.ID + " here: nothing to hold the served artifacts to"}
+	}
+	for _, s := range a.Served {
+		n, ok := native[s.item.key]
+		if !ok {
+			return "", fmt.Errorf("no native result for %s", s.item.key)
+		}
+		if err := check.Identity(s.SHA256, n.SHA256, s.Decoded, n.Decoded); err != nil {
+			return "", fmt.Errorf("%s (request %s): %w", s.item.key, s.RequestID, err)
+		}
+	}
+	return fmt.Sprintf("%d served artifacts byte-identical to the native path, decoded frames equal", len(a.Served)), nil
+}
+
+// Influence is the stage "influence", the reference-influence probe of image_edit: the same
+// instruction on two different pinned references.
+func Influence(c *Case, s *Served) (string, error) {
+	if s == nil {
+		return "", errors.New("no server: the serve stage failed")
+	}
+	items, err := c.items()
+	if err != nil {
+		return "", err
+	}
+	if len(items) < 2 {
+		return "", fmt.Errorf("the influence probe needs two references; fixture set has %d", len(items))
+	}
+	a, b := items[0], items[1]
+	b.fields = a.fields // same instruction and settings, other reference
+	pa, err := c.edit(s, a, casePrefix(c.Entry.ID)+"-influence-a")
+	if err != nil {
+		return "", err
+	}
+	pb, err := c.edit(s, b, casePrefix(c.Entry.ID)+"-influence-b")
+	if err != nil {
+		return "", err
+	}
+	imgs := make([]image.Image, 4)
+	for i, src := range [][]byte{pa, pb, a.ref, b.ref} {
+		if imgs[i], err = media.DecodeImageBytes(src); err != nil {
+			return "", err
+		}
+	}
+	gap, err := check.Influence(imgs[0], imgs[1], imgs[2], imgs[3])
+	c.Row.Gap = gap
+	return check.InfluenceVerdict(gap, err, c.Entry.ExpectGap)
+}
+
+// edit is the suite's own image edit (for the influence probe, not load): one request through
+// the client, its PNG checked against the declared digest (when declared) and kept.
+func (c *Case) edit(s *Served, it workItem, requestID string) ([]byte, error) {
+	fields := map[string]string{"model": c.Entry.ID}
+	for k, v := range it.fields {
+		fields[k] = v
+	}
+	r, err := s.API.Edit(c.ctx, fields, it.ref, "reference.png", requestID)
+	if err != nil {
+		return nil, err
+	}
+	if r.SHA256 != "" || !s.External {
+		if err := check.Digest("artifact-digest", digest(r.PNG), r.SHA256); err != nil {
+			return nil, err
+		}
+	}
+	path := filepath.Join(c.Dir, "probe", requestID+".png")
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
+	return r.PNG, os.WriteFile(path, r.PNG, 0o644)
+}
+
+func casePrefix(id string) string {
+	return strings.NewReplacer("/", "_", ".", "_").Replace(id)
+}

@@ -1,0 +1,135 @@
+package qualify
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"mediaqual/harness/wire"
+	"mediaqual/models/spec"
+)
+
+// Config is everything a qualification reads from its environment, read once (FromEnv) and
+// passed in code by anyone who runs the suite from their own tests. The bundle root
+// (MEDIAQUAL_BUNDLES) and load timeout (MEDIAQUAL_LOAD_TIMEOUT) are read by models/bundle,
+// which the server shares.
+type Config struct {
+	// Mediaserve is the mediaserve binary: the target when no endpoint is given, and its
+	// `mediaserve task` is the native path. Empty: no native path here (identity is then
+	// "not compared" unless the bundle carries reference outputs).
+	Mediaserve string
+	// Root is the module root: goldens, reports/published and the AIPerf virtualenv are under it.
+	Root string
+	// Lookup finds inventory rows by id, for /v1/models reconciliation; nil knows only the row
+	// being qualified.
+	Lookup func(id string) (spec.Entry, error)
+
+	Target Target
+
+	GPUs      string // MEDIAQUAL_GPUS: CUDA device ids for a launched mediaserve
+	ReportDir string // MEDIAQUAL_REPORT_DIR: case files and pictures are kept there; "" keeps nothing
+	Engine    string // MEDIAQUAL_ENGINE: mediaserve's -engine, for the server and `mediaserve task`
+	Fault     string // MEDIAQUAL_FAULT: a launched mediaserve's -fault (the fault self-test)
+
+	RequestTimeout time.Duration // MEDIAQUAL_REQUEST_TIMEOUT: each AIPerf request, and following an unfinished job
+	Concurrency    int           // MEDIAQUAL_CONCURRENCY: AIPerf's concurrency
+	// Warmup and Measured ask for a quick run (MEDIAQUAL_WARMUP_REQUESTS,
+	// MEDIAQUAL_MEASURED_REQUESTS); negative: the pinned counts.
+	Warmup, Measured int
+
+	UpdateGoldens         bool // MEDIAQUAL_UPDATE_GOLDENS=1
+	WriteReferenceOutputs bool // MEDIAQUAL_WRITE_REFERENCE_OUTPUTS=1
+}
+
+// Target is the server under test: mediaserve launched by the suite (the zero Target), or an
+// endpoint that is already running.
+type Target struct {
+	Endpoint string       // MEDIAQUAL_ENDPOINT, e.g. http://host:8000
+	APIKey   string       // MEDIAQUAL_API_KEY, sent as a bearer token
+	Profile  wire.Profile // how the endpoint speaks (MEDIAQUAL_WIRE: mediaserve, sglang, vllm-omni)
+}
+
+// External says whether the target is an endpoint the suite did not start.
+func (t Target) External() bool { return t.Endpoint != "" }
+
+// Environment variables the suite reads, besides models/bundle's.
+const (
+	EnvEndpoint = "MEDIAQUAL_ENDPOINT"
+	EnvAPIKey   = "MEDIAQUAL_API_KEY"
+	EnvWire     = "MEDIAQUAL_WIRE"
+	EnvFault    = "MEDIAQUAL_FAULT"
+	// EnvWriteReferenceOutputs, set to 1, makes the correctness stage write its native outputs
+	// as the bundle's reference outputs where it has none.
+	EnvWriteReferenceOutputs = "MEDIAQUAL_WRITE_REFERENCE_OUTPUTS"
+)
+
+// Defaults is the configuration with nothing set: launch mediaserve, pinned request counts,
+// one request at a time, 30-minute requests.
+func Defaults() Config {
+	return Config{Target: Target{Profile: wire.Mediaserve}, RequestTimeout: 30 * time.Minute, Concurrency: 1, Warmup: -1, Measured: -1}
+}
+
+// FromEnv reads the configuration from the environment; root is the module root and
+// mediaserve the binary to launch (MEDIAQUAL_MEDIASERVE, when set, names a prebuilt one).
+func FromEnv(root, mediaserve string) (Config, error) {
+	c := Defaults()
+	c.Root, c.Mediaserve = root, mediaserve
+	if m := os.Getenv("MEDIAQUAL_MEDIASERVE"); m != "" {
+		abs, err := filepath.Abs(m)
+		if err != nil {
+			return c, err
+		}
+		c.Mediaserve = abs
+	}
+	c.GPUs, c.ReportDir = os.Getenv("MEDIAQUAL_GPUS"), os.Getenv("MEDIAQUAL_REPORT_DIR")
+	c.Engine, c.Fault = os.Getenv("MEDIAQUAL_ENGINE"), os.Getenv(EnvFault)
+	c.UpdateGoldens = os.Getenv("MEDIAQUAL_UPDATE_GOLDENS") == "1"
+	c.WriteReferenceOutputs = os.Getenv(EnvWriteReferenceOutputs) == "1"
+	c.Target.Endpoint, c.Target.APIKey = os.Getenv(EnvEndpoint), os.Getenv(EnvAPIKey)
+	if name := os.Getenv(EnvWire); name != "" {
+		p, err := wire.ByName(name)
+		if err != nil {
+			return c, fmt.Errorf("%s: %w", EnvWire, err)
+		}
+		c.Target.Profile = p
+	}
+	if d, err := time.ParseDuration(os.Getenv("MEDIAQUAL_REQUEST_TIMEOUT")); err == nil && d > 0 {
+		c.RequestTimeout = d
+	}
+	if n, err := strconv.Atoi(os.Getenv("MEDIAQUAL_CONCURRENCY")); err == nil && n > 0 {
+		c.Concurrency = n
+	}
+	for _, v := range []struct {
+		env string
+		n   *int
+		min int
+	}{{"MEDIAQUAL_WARMUP_REQUESTS", &c.Warmup, 0}, {"MEDIAQUAL_MEASURED_REQUESTS", &c.Measured, 1}} {
+		if s := os.Getenv(v.env); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil || n < v.min {
+				return c, fmt.Errorf("%s=%q: want an integer of at least %d", v.env, s, v.min)
+			}
+			*v.n = n
+		}
+	}
+	return c, nil
+}
+
+// pinnedWarmup is the pinned AIPerf warmup: one request; the pinned measured run is one
+// request per pinned input.
+const pinnedWarmup = 1
+
+// plan is how many warmup and measured requests this run sends: the pinned counts unless the
+// configuration asks for a quick run (fewer measured requests cycle through the first inputs).
+func (c Config) plan(inputs int) (warmup, measured int) {
+	warmup, measured = pinnedWarmup, inputs
+	if c.Warmup >= 0 {
+		warmup = c.Warmup
+	}
+	if c.Measured > 0 {
+		measured = c.Measured
+	}
+	return warmup, measured
+}

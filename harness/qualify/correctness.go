@@ -1,0 +1,386 @@
+package qualify
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"image"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"mediaqual/fixtures"
+	"mediaqual/harness/check"
+	"mediaqual/harness/media"
+	"mediaqual/models/bundle"
+	"mediaqual/models/spec"
+)
+
+// workItem is one pinned input: the request fields and, for image_edit, the reference sent.
+type workItem struct {
+	key    string
+	fields map[string]string
+	ref    []byte
+}
+
+// Native is what the correctness stage established: the native path's output for each pinned
+// input, by input key. Empty when there is no native path here.
+type Native map[string]NativeOutput
+
+// NativeOutput is one input's native-path artifact.
+type NativeOutput struct {
+	Path, SHA256, FramesSHA256 string
+	Raw                        string   // the raw rgb24 frames the artifact was encoded from
+	Decoded                    []string // digests of the decoded frames (or image)
+}
+
+// items are the row's pinned inputs: its fixture set at its pinned settings, built once.
+func (c *Case) items() ([]workItem, error) {
+	if c.inputs != nil || c.inputsErr != nil {
+		return c.inputs, c.inputsErr
+	}
+	c.inputs, c.inputsErr = c.loadItems()
+	return c.inputs, c.inputsErr
+}
+
+func (c *Case) loadItems() ([]workItem, error) {
+	e := c.Entry
+	set, err := fixtures.Load(e.Fixtures)
+	if err != nil {
+		return nil, err
+	}
+	c.Row.Dataset = map[string]string{}
+	for f, d := range set.Files {
+		c.Row.Dataset[f] = d[:16]
+	}
+	var out []workItem
+	for i, p := range set.Prompts {
+		s := e.Defaults
+		s.Prompt = p.Text
+		out = append(out, workItem{key: fmt.Sprintf("prompt-%d", i), fields: s.Fields(e.Controls, e.Workload)})
+	}
+	for _, ed := range set.Edits {
+		s := e.Defaults
+		s.Prompt = ed.Instruction
+		ref, err := fixtures.Image(ed.Image, s.Size.W, s.Size.H)
+		if err != nil {
+			return nil, err
+		}
+		c.Row.Dataset["sent:"+ed.Name] = digest(ref)[:16]
+		out = append(out, workItem{key: ed.Name, fields: s.Fields(e.Controls, e.Workload), ref: ref})
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("fixture set %s has no inputs for %s", e.Fixtures, e.Workload)
+	}
+	return out, nil
+}
+
+// Correctness is the stage "correctness": the family's native path on every pinned input and
+// the family's criteria there, before any server is involved; the goldens; the bundle's
+// reference outputs; the bundle's digest against a published run of the same revision.
+func Correctness(c *Case, b Bundle) (Native, string, error) {
+	items, err := c.items()
+	if err != nil {
+		return nil, "", err
+	}
+	if c.Config.Mediaserve == "" {
+		return nil, "", NotCompared{"no native path here (Config.Mediaserve is empty)"}
+	}
+	bundleHashed := func() (string, error) { return "", nil }
+	if c.Entry.Bundle == "" {
+		// The reference families are compiled into mediaserve, so the binary is the bundle.
+		sum := sha256.New()
+		bin, _ := os.ReadFile(c.Config.Mediaserve)
+		sum.Write(bin)
+		c.Row.Bundle = map[string]string{"served": "mediaserve " + c.Entry.ID + "@" + c.Entry.Revision, "sha256": hex.EncodeToString(sum.Sum(nil))[:16]}
+	} else {
+		dir := bundle.Dir(c.Entry)
+		// Hashing tens of GB takes as long as a few Tasks: it runs on the CPU while the native
+		// path runs on the GPU.
+		type hashed struct {
+			sum string
+			n   int
+			err error
+		}
+		done := make(chan hashed, 1)
+		go func() {
+			d, n, _, err := bundle.Digest(dir)
+			done <- hashed{d, n, err}
+		}()
+		bundleHashed = func() (string, error) {
+			d := <-done
+			if d.err != nil {
+				return "", d.err
+			}
+			c.Row.Bundle = map[string]string{"served": dir, "sha256": d.sum[:16], "files": strconv.Itoa(d.n)}
+			if b.Commit != "" {
+				c.Row.Bundle["revision"] = b.Commit
+			}
+			return c.publishedDigest(b, d.sum)
+		}
+		if out, err := exec.Command("python3", "-c", "import torch, diffusers; print(torch.__version__, diffusers.__version__)").Output(); err == nil {
+			if f := strings.Fields(string(out)); len(f) == 2 {
+				c.Row.Versions = map[string]string{"torch": f[0], "diffusers": f[1]}
+			}
+		}
+	}
+
+	goldens, update, err := c.loadGoldens()
+	if err != nil {
+		return nil, "", err
+	}
+	// Every input runs natively even after one fails a check, so identity has a native
+	// counterpart for each and the message lists every failure.
+	native, err := c.runNative(items)
+	digestNote, herr := bundleHashed()
+	if herr != nil {
+		return nil, "", herr
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	refs := c.referenceOutputs()
+	written, err := refs.write(native, c.Entry.Workload, c.Config.WriteReferenceOutputs)
+	if err != nil {
+		return nil, "", err
+	}
+	defer func() {
+		if refs != nil && len(refs.ssim) > 0 {
+			c.Row.ReferenceSSIM = refs.ssim
+		}
+	}()
+	var failed []error
+	for _, it := range items {
+		n := native[it.key]
+		frames, err := c.validate(n.Path, it)
+		if err != nil {
+			failed = append(failed, fmt.Errorf("native %s: %w", it.key, err))
+		}
+		if n.Decoded, err = c.frameDigests(n.Path, frames); err != nil {
+			return nil, "", fmt.Errorf("native %s: %w", it.key, err)
+		}
+		native[it.key] = n
+		if goldens != nil {
+			if err := check.Golden(goldens, update, c.Entry.ID+"/"+it.key, n.FramesSHA256, c.Entry.Goldens); err != nil {
+				failed = append(failed, err)
+			}
+		}
+		if err := refs.compare(c.ctx, it.key, frames, c.Entry.Workload); err != nil {
+			failed = append(failed, fmt.Errorf("native %s: %w", it.key, err))
+		}
+	}
+	if len(failed) > 0 {
+		return native, "", errors.Join(failed...)
+	}
+	if update {
+		if err := c.saveGoldens(goldens); err != nil {
+			return native, "", err
+		}
+	}
+	summary := fmt.Sprintf("%d native outputs valid under the family contract", len(items))
+	if goldens != nil {
+		summary += " and equal to the goldens"
+	}
+	if written > 0 {
+		summary += fmt.Sprintf("; wrote %d reference outputs to %s (%s=1): compared from the next run on", written, refs.dir, EnvWriteReferenceOutputs)
+	} else if refs != nil {
+		summary += "; " + refs.summary()
+	}
+	return native, summary + digestNote, nil
+}
+
+// runNative runs every input on the native path in one `mediaserve task -batch` process, so
+// the weights load once, and reads back each job's record.
+func (c *Case) runNative(items []workItem) (Native, error) {
+	var batch bytes.Buffer
+	enc := json.NewEncoder(&batch)
+	for _, it := range items {
+		dir := filepath.Join(c.Dir, "native", it.key)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+		job := map[string]any{"out": dir, "fields": it.fields}
+		if it.ref != nil {
+			ref := filepath.Join(dir, "reference.png")
+			if err := os.WriteFile(ref, it.ref, 0o644); err != nil {
+				return nil, err
+			}
+			job["reference"] = ref
+		}
+		if err := enc.Encode(job); err != nil {
+			return nil, err
+		}
+	}
+	batchPath := filepath.Join(c.Dir, "native", "batch.jsonl")
+	if err := os.WriteFile(batchPath, batch.Bytes(), 0o644); err != nil {
+		return nil, err
+	}
+	timeout, _, err := bundle.LoadTimeout(c.Entry)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(c.ctx, c.Config.Mediaserve, "task", "-model", c.Entry.ID, "-capability", string(c.Entry.Workload),
+		"-batch", batchPath, "-load-timeout", timeout.String(), "-raw", "-engine", c.Config.Engine)
+	cmd.Env = append(os.Environ(), c.rootEnv())
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("native path: %v\n%s", err, out)
+	}
+	res := Native{}
+	for _, it := range items {
+		var rec struct {
+			Product struct {
+				Path         string `json:"path"`
+				SHA256       string `json:"sha256"`
+				FramesSHA256 string `json:"frames_sha256"`
+			} `json:"product"`
+		}
+		b, err := os.ReadFile(filepath.Join(c.Dir, "native", it.key, "actual.json"))
+		if err == nil {
+			err = json.Unmarshal(b, &rec)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("native path %s: reading actual.json: %w", it.key, err)
+		}
+		res[it.key] = NativeOutput{Path: rec.Product.Path, SHA256: rec.Product.SHA256, FramesSHA256: rec.Product.FramesSHA256,
+			Raw: filepath.Join(c.Dir, "native", it.key, "frames.rgb")}
+	}
+	return res, nil
+}
+
+// rootEnv tells mediaserve where the module is, so a family's worker script is found whatever
+// directory the server runs in.
+func (c *Case) rootEnv() string { return "MEDIAQUAL_ROOT=" + c.Config.Root }
+
+// validate applies every artifact check to a file: container shape, decoded frames and the
+// family's validity contract. It returns the decoded frames (an image is one frame), nil when
+// a check failed before decoding.
+func (c *Case) validate(path string, it workItem) ([]*image.RGBA, error) {
+	e := c.Entry
+	want := e.Defaults
+	if e.Workload == spec.TextToVideo {
+		info, err := media.ReadMP4File(path)
+		if err != nil {
+			return nil, &check.Failure{Check: "container", Detail: err.Error()}
+		}
+		if err := check.Clip(info, want); err != nil {
+			return nil, err
+		}
+		p, err := media.FFprobe(c.ctx, path)
+		if err != nil {
+			return nil, &check.Failure{Check: "decodable", Detail: err.Error()}
+		}
+		if err := check.Decoded(p, want); err != nil {
+			return nil, err
+		}
+		frames, err := media.DecodeFrames(c.ctx, path)
+		if err != nil {
+			return nil, &check.Failure{Check: "decodable", Detail: err.Error()}
+		}
+		if len(frames) != want.NumFrames {
+			return frames, &check.Failure{Check: "decoded-frames", Detail: fmt.Sprintf("decoded %d frames, asked %d", len(frames), want.NumFrames)}
+		}
+		_, err = check.Motion(frames, *e.Video)
+		return frames, err
+	}
+	out, err := media.DecodeImage(path)
+	if err != nil {
+		return nil, &check.Failure{Check: "decodable", Detail: err.Error()}
+	}
+	frames := []*image.RGBA{media.ToRGBA(out)}
+	ref, err := media.DecodeImageBytes(it.ref)
+	if err != nil {
+		return frames, err
+	}
+	_, err = check.Edit(out, ref, want.Size, *e.Edit)
+	return frames, err
+}
+
+// frameDigests are the digests of an artifact's decoded frames: of frames when validate
+// decoded them, else decoded here (a file that failed its checks still gets compared).
+func (c *Case) frameDigests(path string, frames []*image.RGBA) ([]string, error) {
+	if frames == nil {
+		var err error
+		if frames, err = decodeAll(c.ctx, path, c.Entry.Workload); err != nil {
+			return nil, err
+		}
+	}
+	return media.FrameDigests(frames), nil
+}
+
+// decodeAll decodes a clip's frames, or an image as one frame.
+func decodeAll(ctx context.Context, path string, w spec.Capability) ([]*image.RGBA, error) {
+	if w == spec.TextToVideo {
+		return media.DecodeFrames(ctx, path)
+	}
+	img, err := media.DecodeImage(path)
+	if err != nil {
+		return nil, err
+	}
+	return []*image.RGBA{media.ToRGBA(img)}, nil
+}
+
+func (c *Case) loadGoldens() (map[string]string, bool, error) {
+	e := c.Entry
+	if e.Goldens == "" {
+		return nil, false, nil
+	}
+	update := c.Config.UpdateGoldens
+	g := map[string]string{}
+	b, err := os.ReadFile(c.path(e.Goldens))
+	switch {
+	case errors.Is(err, os.ErrNotExist) && update:
+	case err != nil:
+		return nil, false, fmt.Errorf("check golden: %w", err)
+	default:
+		if err := json.Unmarshal(b, &g); err != nil {
+			return nil, false, fmt.Errorf("check golden: %s: %w", e.Goldens, err)
+		}
+	}
+	return g, update, nil
+}
+
+// saveGoldens rewrites the golden file, keeping other checkpoints' entries.
+func (c *Case) saveGoldens(mine map[string]string) error {
+	file := c.path(c.Entry.Goldens)
+	all := map[string]string{}
+	if b, err := os.ReadFile(file); err == nil {
+		_ = json.Unmarshal(b, &all)
+	}
+	for k, v := range mine {
+		all[k] = v
+	}
+	b, err := json.MarshalIndent(all, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(file, append(b, '\n'), 0o644)
+}
+
+// path resolves a path the inventory gives relative to the module root.
+func (c *Case) path(p string) string {
+	if filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(c.Config.Root, p)
+}
+
+func extension(w spec.Capability) string {
+	if w == spec.TextToVideo {
+		return ".mp4"
+	}
+	return ".png"
+}
+
+func digest(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}

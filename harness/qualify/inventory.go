@@ -1,0 +1,115 @@
+package qualify
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"mediaqual/harness/check"
+	"mediaqual/models/bundle"
+	"mediaqual/models/spec"
+	"mediaqual/reports"
+)
+
+// Bundle is what the inventory stage established about the weights: the revision the bundle
+// states ("" for a row without a bundle, or a bundle that states none).
+type Bundle struct {
+	Commit string
+}
+
+// Inventory is the stage "inventory": the row is complete; for a GPU row, its bundle is
+// there, holds the row's revision and the GPUs are named. Nothing has loaded yet.
+func Inventory(c *Case) (Bundle, string, error) {
+	var b Bundle
+	e := c.Entry
+	if p := e.Problems(); len(p) > 0 {
+		return b, "", fmt.Errorf("check inventory-row: %s", strings.Join(p, "; "))
+	}
+	revision := ""
+	if e.GPU != nil {
+		if why := bundle.Missing(e); why != "" {
+			return b, "", fmt.Errorf("check gpu-environment: %s", why)
+		}
+		// A bundle of random weights proves mechanics and timing only; every report says so.
+		if bundle.IsL0(bundle.Dir(e)) {
+			c.Row.Profile = "L0-random"
+			c.Row.Label = reports.Label(c.Row.Profile)
+			c.limit(spec.Implemented, "L0-random weights prove mechanics and timing only")
+		}
+		// The weights are identified before anything loads them.
+		var err error
+		if b, revision, err = c.revision(); err != nil {
+			return b, "", err
+		}
+		if err := GPUPreCheck(e, c.Config); err != nil {
+			return b, "", err
+		}
+	}
+	if e.Status == spec.Excluded {
+		return b, e.Note, nil
+	}
+	if e.NewTask == nil && len(e.Worker) == 0 && !c.Config.Target.External() {
+		return b, "", fmt.Errorf("check inventory-task: %s is %s and has no native Task to run (%s)", e.ID, e.Status, e.Note)
+	}
+	return b, fmt.Sprintf("row complete; status %s%s; reconciled against /v1/models in serve", e.Status, revision), nil
+}
+
+// GPUPreCheck says exactly what a GPU run is missing, before anything starts (check
+// gpu-environment). An external endpoint brings its own GPUs.
+func GPUPreCheck(e spec.Entry, cfg Config) error {
+	if why := bundle.Missing(e); why != "" {
+		return fmt.Errorf("check gpu-environment: %s needs its weights: %s", e.ID, why)
+	}
+	if cfg.GPUs == "" && !cfg.Target.External() {
+		return fmt.Errorf("check gpu-environment: set MEDIAQUAL_GPUS to the CUDA device ids for %s (needs %d GPU(s) with %d GB each)", e.ID, e.GPU.Count, e.GPU.MemoryGB)
+	}
+	return nil
+}
+
+// revision holds the commit the bundle states to the row's revision (check bundle-revision).
+// A row without a revision runs, but can earn no more than implemented; an L0-random bundle
+// is no revision's weights, so it is not held to one.
+func (c *Case) revision() (Bundle, string, error) {
+	dir, want := bundle.Dir(c.Entry), c.Entry.Revision
+	commit, source, err := bundle.Revision(dir)
+	if err != nil {
+		return Bundle{}, "", fmt.Errorf("check bundle-revision: %w", err)
+	}
+	b := Bundle{Commit: commit}
+	switch {
+	case bundle.IsL0(dir) && commit == "":
+		return b, "; L0-random bundle: no revision to check", nil
+	case want == "":
+		stated := "states none either"
+		if commit != "" {
+			stated = "holds " + commit + " (" + source + ")"
+		}
+		c.limit(spec.Implemented, "the row pins no revision (the bundle "+stated+"): nobody pinned these weights")
+		return b, "; the row pins no revision, the bundle " + stated, nil
+	}
+	if err := check.Revision(want, commit, source); err != nil {
+		return b, "", err
+	}
+	return b, fmt.Sprintf("; bundle revision %s matches the row's %s", commit, want), nil
+}
+
+// publishedDigest holds the bundle's digest to the one a published qualification of the same
+// revision on real weights recorded (check bundle-digest), and says what it compared.
+func (c *Case) publishedDigest(b Bundle, sum string) (string, error) {
+	if b.Commit == "" || c.Row.Profile != "full" {
+		return "", nil
+	}
+	rows, from, err := reports.Published(filepath.Join(c.Config.Root, "reports", "published"))
+	if err != nil {
+		return "", err
+	}
+	for i, r := range rows {
+		if r.Checkpoint == c.Entry.ID && r.Profile == "full" && r.Bundle["revision"] == b.Commit {
+			if err := check.BundleDigest(sum, r.Bundle["sha256"], from[i]); err != nil {
+				return "", err
+			}
+			return "; bundle digest equals " + from[i] + "'s", nil
+		}
+	}
+	return "; no published qualification of revision " + b.Commit + " to compare the bundle digest with", nil
+}

@@ -1,0 +1,228 @@
+// Package qualify is the qualification of one inventory row against a server: the stages of
+// docs/QUALIFICATION.md as functions, each taking what the stage before established and
+// returning its own typed result, run in order as subtests by Run. The target is mediaserve,
+// launched here, or an endpoint that is already running (Config.Target).
+//
+// It is exported so that another module can qualify its own rows or its own server from a
+// few lines of its own test, the way go-cloud's drivertest is run from a backend's test:
+//
+//	func TestMyModel(t *testing.T) {
+//		cfg, err := qualify.FromEnv(".", "")
+//		if err != nil {
+//			t.Fatal(err)
+//		}
+//		row := qualify.Run(t, myEntry, cfg)
+//		t.Log(row.Outcome)
+//	}
+//
+// Nothing here knows a model: thresholds come from the row (models/spec), checks from
+// harness/check.
+package qualify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"mediaqual/harness/wire"
+	"mediaqual/internal/stages"
+	"mediaqual/models/spec"
+	"mediaqual/reports"
+)
+
+// Case is one row's qualification in progress: its test, its configuration, the result row
+// being filled and the directory its files are kept in. Stages report into the row; what
+// they hand on to later stages is their return value.
+type Case struct {
+	T      *testing.T
+	Entry  spec.Entry
+	Config Config
+	Row    *reports.Row
+	Dir    string // this case's kept files: logs, artifacts, native outputs
+
+	ctx       context.Context
+	inputs    []workItem // the pinned inputs, built once (items)
+	inputsErr error
+	steps     []wire.Step    // an endpoint's answers, assessed against the contract at the end
+	findings  []wire.Finding // departures seen outside those steps
+}
+
+// NotCompared is a stage that could not establish anything: it is reported as not run (never
+// as a pass), with why.
+type NotCompared struct{ Why string }
+
+func (n NotCompared) Error() string { return "not compared: " + n.Why }
+
+// Run qualifies entry against cfg's target, running each stage of stages.For(entry) as a
+// subtest, and returns the result row. A failed stage fails t.
+func Run(t *testing.T, entry spec.Entry, cfg Config) reports.Row {
+	start := time.Now()
+	if cfg.Target.Profile.Name == "" {
+		cfg.Target.Profile = wire.Mediaserve
+	}
+	row := NewRow(entry)
+	c := &Case{T: t, Entry: entry, Config: cfg, Row: &row, ctx: context.Background()}
+	defer func() {
+		row.Duration = time.Since(start).Round(time.Millisecond).String()
+		for _, f := range c.assess() {
+			row.Findings = append(row.Findings, f.String())
+		}
+		switch {
+		case t.Failed():
+			row.Outcome = reports.Failed
+		case row.Gap != "":
+			row.Outcome = reports.GapDetected
+		}
+		row.Earn()
+	}()
+	c.Dir = c.caseDir()
+	c.runStages()
+	if entry.Status == spec.Excluded {
+		row.Outcome = reports.Excluded
+	}
+	return row
+}
+
+// runStages hands each stage's result to the next. Nothing runs on an incomplete row, and
+// nothing can be served without a server. The stages after correctness are independent
+// evidence (serving mechanics, identity, timing), so they run even when the family's
+// criteria failed; the row fails either way.
+func (c *Case) runStages() {
+	var (
+		bundle Bundle
+		native Native
+		served *Served
+		run    AIPerfRun
+		arts   Artifacts
+	)
+	for _, name := range stages.For(c.Entry) {
+		var fn func() (string, error)
+		switch name {
+		case stages.Inventory:
+			fn = func() (s string, err error) { bundle, s, err = Inventory(c); return }
+		case stages.Correctness:
+			fn = func() (s string, err error) { native, s, err = Correctness(c, bundle); return }
+		case stages.Serve:
+			fn = func() (s string, err error) { served, s, err = Serve(c); return }
+		case stages.AIPerf:
+			fn = func() (s string, err error) { run, s, err = AIPerf(c, served); return }
+		case stages.Artifacts:
+			fn = func() (s string, err error) { arts, s, err = FetchArtifacts(c, served, native, run); return }
+		case stages.Identity:
+			fn = func() (string, error) { return Identity(c, native, arts) }
+		case stages.Influence:
+			fn = func() (string, error) { return Influence(c, served) }
+		case stages.Timing:
+			fn = func() (string, error) { return Timing(c, arts) }
+		case stages.Cleanup:
+			fn = func() (string, error) { return Cleanup(c, served, arts) }
+		}
+		if !c.stage(name, fn) && (name == stages.Inventory || name == stages.Serve) {
+			return
+		}
+	}
+}
+
+// stage runs one subtest. A stage returns a one-line summary of what it established, or an
+// error naming the failed check; both go into the result row. NotCompared skips the subtest
+// and is recorded as not passed.
+func (c *Case) stage(name string, fn func() (string, error)) bool {
+	var msg string
+	var skipped bool
+	ok := c.T.Run(name, func(t *testing.T) {
+		summary, err := fn()
+		var nc NotCompared
+		if errors.As(err, &nc) {
+			msg, skipped = nc.Error(), true
+			c.limit(spec.Implemented, name+" "+msg)
+			t.Skip(msg)
+		}
+		if err != nil {
+			msg = err.Error()
+			t.Fatal(err)
+		}
+		msg = summary
+		if summary != "" {
+			t.Log(summary)
+		}
+	})
+	c.Row.Stages = append(c.Row.Stages, reports.Stage{Name: name, Passed: ok && !skipped, Message: msg})
+	return ok
+}
+
+// assess lists an endpoint's departures from the contract, from every answer the run kept
+// (wire.Assess); a launched mediaserve is held to the contract by the stages themselves.
+func (c *Case) assess() []wire.Finding {
+	fs := c.findings
+	if len(c.steps) == 0 {
+		return fs
+	}
+	more, err := wire.Assess(wire.Exchange{Profile: c.Config.Target.Profile.Name, Source: "this run", Steps: c.steps})
+	if err != nil {
+		more = append(more, wire.Finding{Name: "unreadable", Detail: err.Error()})
+	}
+	for _, f := range more {
+		if !slices.Contains(fs, f) {
+			fs = append(fs, f)
+		}
+	}
+	return fs
+}
+
+// NewRow is entry's result row before anything has run.
+func NewRow(e spec.Entry) reports.Row {
+	row := reports.Row{
+		Checkpoint: e.ID, Family: e.Family, Workload: e.Workload, Profile: e.Profile, Label: reports.Label(e.Profile),
+		Revision: e.Revision, Precision: e.Precision, Status: e.Status, Note: e.Note, Outcome: reports.Passed,
+		Started: time.Now(), Hardware: hardware(),
+	}
+	if e.Status != spec.Excluded {
+		d := e.Defaults
+		row.Settings = &d
+	}
+	return row
+}
+
+// limit records what keeps this run below the top of the ladder.
+func (c *Case) limit(ceiling spec.Status, why string) {
+	c.Row.Limits = append(c.Row.Limits, reports.Limit{Ceiling: ceiling, Why: why})
+}
+
+// caseDir keeps a case's files under the report directory (so they survive a failure), or in
+// a temporary directory when no report is wanted.
+func (c *Case) caseDir() string {
+	if c.Config.ReportDir == "" {
+		return c.T.TempDir()
+	}
+	dir := filepath.Join(c.Config.ReportDir, "cases", strings.NewReplacer("/", "_", " ", "_").Replace(c.Entry.ID))
+	_ = os.RemoveAll(dir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		c.T.Fatal(err)
+	}
+	return dir
+}
+
+func hardware() string {
+	cpu := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, "model name") {
+				cpu = strings.TrimSpace(line[strings.Index(line, ":")+1:])
+				break
+			}
+		}
+	}
+	hw := fmt.Sprintf("%s x%d (%s/%s)", cpu, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH)
+	if out, err := exec.Command("nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader").Output(); err == nil {
+		hw += "; GPUs: " + strings.Join(strings.Fields(strings.ReplaceAll(strings.TrimSpace(string(out)), "\n", " | ")), " ")
+	}
+	return hw
+}

@@ -1,0 +1,291 @@
+package qualify
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"image"
+	"image/color"
+	"image/png"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"mediaqual/harness/client"
+	"mediaqual/harness/wire"
+	"mediaqual/internal/stages"
+	"mediaqual/models"
+	"mediaqual/models/spec"
+	"mediaqual/reports"
+)
+
+// The rows below are the real inventory's (models.Lookup), read by the tests only: the
+// package itself knows no row.
+
+func lookup(t *testing.T, id string) spec.Entry {
+	e, err := models.Lookup(id)
+	require.NoError(t, err)
+	return e
+}
+
+func TestGPUPreCheckSaysWhatToSet(t *testing.T) {
+	e := lookup(t, "Wan-AI/Wan2.1-T2V-1.3B")
+	t.Setenv("MEDIAQUAL_BUNDLES", "")
+	cfg := Config{GPUs: "0"}
+	assert.ErrorContains(t, GPUPreCheck(e, cfg), "MEDIAQUAL_BUNDLES")
+
+	root := t.TempDir()
+	t.Setenv("MEDIAQUAL_BUNDLES", root)
+	assert.ErrorContains(t, GPUPreCheck(e, cfg), filepath.Join(root, e.Bundle))
+
+	require.NoError(t, os.MkdirAll(filepath.Join(root, e.Bundle), 0o755))
+	assert.ErrorContains(t, GPUPreCheck(e, Config{}), "MEDIAQUAL_GPUS")
+	require.NoError(t, GPUPreCheck(e, Config{Target: Target{Endpoint: "http://gpu-host:8000"}}), "an endpoint brings its own GPUs")
+}
+
+func TestProgressLinesDuringLongRuns(t *testing.T) {
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `{"object":"list","data":[{"id":"video_1","object":"video","status":"in_progress","progress":25},{"id":"video_0","object":"video","status":"completed","progress":100}]}`)
+	}))
+	defer hs.Close()
+	c := &Case{Entry: lookup(t, "ref-t2v"), ctx: context.Background()}
+	var mu sync.Mutex
+	var lines []string
+	stop := c.showProgress(&Served{API: &client.Client{BaseURL: hs.URL}}, func(f string, a ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		lines = append(lines, fmt.Sprintf(f, a...))
+	}, 20*time.Millisecond)
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(lines) >= 2 }, 5*time.Second, 10*time.Millisecond)
+	stop()
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, "progress: video_1 in_progress 25%", lines[0], "only unfinished jobs")
+}
+
+func TestReferenceOutputsAreCompared(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	picture := func(shift int) *image.RGBA {
+		img := image.NewRGBA(image.Rect(0, 0, 64, 48))
+		for y := range 48 {
+			for x := range 64 {
+				img.SetRGBA(x, y, color.RGBA{uint8((x + shift) * 7), uint8(y*5 + shift*11), uint8((x + y + shift) * 3), 255})
+			}
+		}
+		return img
+	}
+	writePNG := func(path string, shift int) {
+		var b bytes.Buffer
+		require.NoError(t, png.Encode(&b, picture(shift)))
+		require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
+		require.NoError(t, os.WriteFile(path, b.Bytes(), 0o644))
+	}
+	// The native outputs: cat-sepia is picture 0, dog-grey picture 1.
+	got := map[string][]*image.RGBA{"cat-sepia": {picture(0)}, "dog-grey": {picture(1)}}
+	refs := filepath.Join(dir, spec.ReferenceOutputsDir)
+	run := func() (*referenceOutputs, []error) {
+		r := &referenceOutputs{dir: refs, c: spec.ReferenceOutputs{MinSSIM: 0.85}, lowest: 1}
+		var errs []error
+		for _, key := range []string{"cat-sepia", "dog-grey"} {
+			if err := r.compare(ctx, key, got[key], spec.ImageEdit); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		return r, errs
+	}
+
+	r, errs := run()
+	require.Empty(t, errs)
+	assert.Contains(t, r.summary(), "carries no reference outputs", "absent: said, not passed off as compared")
+
+	writePNG(filepath.Join(refs, "cat-sepia.png"), 0)
+	_, errs = run()
+	require.Len(t, errs, 1)
+	assert.ErrorContains(t, errs[0], "check reference-output: dog-grey:", "a partial set names the missing input")
+
+	writePNG(filepath.Join(refs, "dog-grey.png"), 1)
+	r, errs = run()
+	require.Empty(t, errs)
+	assert.Equal(t, "2 outputs match the bundle's reference outputs (lowest mean SSIM 1.000, at least 0.850)", r.summary())
+
+	writePNG(filepath.Join(refs, "dog-grey.png"), 23) // another output for the same input
+	r, errs = run()
+	require.Len(t, errs, 1)
+	assert.ErrorContains(t, errs[0], "check reference-output: mean SSIM")
+	assert.InDelta(t, 1.0, r.ssim["cat-sepia"], 1e-9, "the SSIM measured is reported, pass or fail")
+	assert.Less(t, r.ssim["dog-grey"], 0.85)
+	require.NoError(t, os.RemoveAll(refs))
+
+	// Written on request from native outputs, then held to from the next run on.
+	native := Native{}
+	for key, shift := range map[string]int{"cat-sepia": 0, "dog-grey": 1} {
+		p := filepath.Join(dir, "native", key+".png")
+		writePNG(p, shift)
+		native[key] = NativeOutput{Path: p}
+	}
+	w := &referenceOutputs{dir: refs}
+	n, err := w.write(native, spec.ImageEdit, false)
+	require.NoError(t, err)
+	assert.Zero(t, n, "not asked")
+	n, err = w.write(native, spec.ImageEdit, true)
+	require.NoError(t, err)
+	assert.Equal(t, 2, n)
+	assert.NoError(t, w.compare(ctx, "dog-grey", got["cat-sepia"], spec.ImageEdit), "the writing run compares nothing")
+	r, errs = run()
+	assert.Empty(t, errs)
+	assert.Equal(t, 2, r.compared, "the next run holds the outputs to them")
+}
+
+// fakeBundle writes a bundle directory for row e as `hf download --revision commit --local-dir`
+// leaves it: a file and the client's metadata naming the commit. No weights: nothing may load.
+func fakeBundle(t *testing.T, e spec.Entry, commit string) string {
+	root := t.TempDir()
+	dir := filepath.Join(root, e.Bundle)
+	meta := filepath.Join(dir, ".cache", "huggingface", "download")
+	require.NoError(t, os.MkdirAll(meta, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "model_index.json"), []byte("{}"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(meta, "model_index.json.metadata"), []byte(commit+"\n\"etag\"\n1712656091.123\n"), 0o644))
+	t.Setenv("MEDIAQUAL_BUNDLES", root)
+	return dir
+}
+
+func newCase(t *testing.T, id string) *Case {
+	e := lookup(t, id)
+	row := NewRow(e)
+	return &Case{T: t, Entry: e, Row: &row, Config: Config{GPUs: "0"}, ctx: context.Background()}
+}
+
+// A bundle whose revision is not the row's fails the inventory stage, naming both, before
+// anything loads.
+func TestInventoryFailsOnAnotherRevision(t *testing.T) {
+	const other = "0123456789abcdef0123456789abcdef01234567"
+	for _, id := range []string{"Qwen/Qwen-Image-Edit-2511", "Wan-AI/Wan2.2-TI2V-5B"} { // full and short revisions
+		e := lookup(t, id)
+		fakeBundle(t, e, other)
+		_, _, err := Inventory(newCase(t, id))
+		require.Error(t, err, id)
+		assert.Contains(t, err.Error(), "check bundle-revision:", id)
+		assert.Contains(t, err.Error(), e.Revision, id)
+		assert.Contains(t, err.Error(), other, id)
+
+		// The row's own revision passes (a short one as the prefix of the full commit).
+		full := e.Revision + other[len(e.Revision):]
+		fakeBundle(t, e, full)
+		b, msg, err := Inventory(newCase(t, id))
+		require.NoError(t, err, id)
+		assert.Contains(t, msg, "bundle revision "+full+" matches the row's "+e.Revision)
+		assert.Equal(t, full, b.Commit, "handed on to correctness")
+	}
+	assert.Equal(t, stages.Inventory, stages.For(lookup(t, "Qwen/Qwen-Image-Edit-2511"))[0], "the inventory stage runs first")
+}
+
+// A bundle that states no revision cannot stand for a row that pins one.
+func TestInventoryFailsOnABundleWithoutRevision(t *testing.T) {
+	e := lookup(t, "Qwen/Qwen-Image-Edit-2511")
+	dir := fakeBundle(t, e, "x")
+	require.NoError(t, os.RemoveAll(filepath.Join(dir, ".cache")))
+	_, _, err := Inventory(newCase(t, e.ID))
+	assert.ErrorContains(t, err, "check bundle-revision: the row pins revision "+e.Revision+", but the bundle states none")
+
+	// An L0-random bundle is no revision's weights: not held to one, and capped.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "L0-RANDOM.txt"), nil, 0o644))
+	c := newCase(t, e.ID)
+	_, msg, err := Inventory(c)
+	require.NoError(t, err)
+	assert.Contains(t, msg, "L0-random bundle: no revision to check")
+	c.Row.Earn()
+	assert.Equal(t, spec.Implemented, c.Row.Earned)
+}
+
+// A row without a revision runs, but can earn no more than implemented, and says why.
+func TestRowWithoutRevisionEarnsAtMostImplemented(t *testing.T) {
+	e := lookup(t, "Wan-AI/Wan2.1-T2V-1.3B")
+	require.Empty(t, e.Revision, "the seeds give Wan2.1 no revision")
+	fakeBundle(t, e, "0123456789abcdef0123456789abcdef01234567")
+	c := newCase(t, e.ID)
+	_, msg, err := Inventory(c)
+	require.NoError(t, err)
+	assert.Contains(t, msg, "the row pins no revision, the bundle holds 0123456789abcdef0123456789abcdef01234567")
+	c.Row.Earn()
+	assert.Equal(t, spec.Implemented, c.Row.Earned)
+	require.Len(t, c.Row.Limits, 1)
+	assert.Contains(t, c.Row.Limits[0].Why, "nobody pinned these weights")
+}
+
+// The digest of a bundle is held to a published qualification of the same revision.
+func TestBundleDigestComparedWithPublished(t *testing.T) {
+	c := newCase(t, "Qwen/Qwen-Image-Edit-2511")
+	c.Config.Root = "../.."
+	b := Bundle{Commit: c.Entry.Revision}
+	msg, err := c.publishedDigest(b, strings.Repeat("ab", 32))
+	require.NoError(t, err)
+	assert.Contains(t, msg, "no published qualification of revision "+c.Entry.Revision, "the published Qwen run was L0-random: not a revision's weights")
+	c.Row.Profile = "L0-random"
+	msg, err = c.publishedDigest(b, "x")
+	require.NoError(t, err)
+	assert.Empty(t, msg)
+}
+
+// A quick run asks for its counts by environment; a bad value is refused, not defaulted.
+func TestRequestPlan(t *testing.T) {
+	t.Setenv("MEDIAQUAL_WARMUP_REQUESTS", "")
+	t.Setenv("MEDIAQUAL_MEASURED_REQUESTS", "")
+	cfg, err := FromEnv(".", "")
+	require.NoError(t, err)
+	w, m := cfg.plan(4)
+	assert.Equal(t, [2]int{1, 4}, [2]int{w, m}, "pinned: 1 + one per input")
+	t.Setenv("MEDIAQUAL_WARMUP_REQUESTS", "0")
+	t.Setenv("MEDIAQUAL_MEASURED_REQUESTS", "1")
+	cfg, err = FromEnv(".", "")
+	require.NoError(t, err)
+	w, m = cfg.plan(4)
+	assert.Equal(t, [2]int{0, 1}, [2]int{w, m})
+	t.Setenv("MEDIAQUAL_MEASURED_REQUESTS", "0")
+	_, err = FromEnv(".", "")
+	assert.ErrorContains(t, err, "MEDIAQUAL_MEASURED_REQUESTS")
+}
+
+// An endpoint's departures from the contract are findings in the row, not failures; an
+// endpoint that follows it has none.
+func TestEndpointDeparturesAreFindings(t *testing.T) {
+	c := &Case{Config: Config{Target: Target{Profile: wire.SGLang}}}
+	bad := wireStep("error", http.MethodPost, "/v1/videos")
+	bad.Response.Status, bad.Response.Body = 422, []byte(`{"detail":"prompt: field required"}`)
+	del := wireStep("delete", http.MethodDelete, "/v1/videos/v1")
+	del.Response.Status, del.Response.Body = 200, []byte(`{"ok":true}`)
+	c.steps = []wire.Step{bad, del, editStep([]byte(`{"created":1,"data":[{"b64_json":"eA=="}]}`))}
+	var names []string
+	for _, f := range c.assess() {
+		names = append(names, f.Name)
+	}
+	for _, want := range []string{"error-envelope", "delete-shape", "edit-unconfirmed", "edit-no-timing", "no-in-progress"} {
+		assert.Contains(t, names, want)
+	}
+
+	good := &Case{Config: Config{Target: Target{Profile: wire.Mediaserve}}}
+	ok := wireStep("error", http.MethodPost, "/v1/videos")
+	ok.Response.Status, ok.Response.Body = 400, []byte(`{"error":{"message":"model is required","type":"invalid_request_error","param":"model","code":"invalid_request"}}`)
+	good.steps = []wire.Step{ok}
+	assert.Empty(t, good.assess())
+}
+
+// A stage that could not compare is reported as not passed, and the case is not failed by it.
+func TestNotComparedIsNeverAPass(t *testing.T) {
+	row := reports.Row{}
+	c := &Case{T: t, Row: &row}
+	c.stage("identity", func() (string, error) { return "", NotCompared{"no native path"} })
+	require.Len(t, row.Stages, 1)
+	assert.False(t, row.Stages[0].Passed)
+	assert.Equal(t, "not compared: no native path", row.Stages[0].Message)
+	require.Len(t, row.Limits, 1, "and the row cannot earn more than implemented")
+	assert.Equal(t, spec.Implemented, row.Limits[0].Ceiling)
+}

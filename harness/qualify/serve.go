@@ -1,0 +1,194 @@
+package qualify
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"mediaqual/harness/check"
+	"mediaqual/harness/client"
+	"mediaqual/harness/launch"
+	"mediaqual/harness/wire"
+	"mediaqual/models/bundle"
+	"mediaqual/models/spec"
+	"mediaqual/reports"
+)
+
+// pollEvery is the suite's stated polling cadence for video jobs.
+const pollEvery = 100 * time.Millisecond
+
+// Served is the server the serve stage made ready: mediaserve it launched, or an endpoint
+// that was already running.
+type Served struct {
+	URL      string
+	API      *client.Client
+	Profile  wire.Profile
+	External bool // not launched here: not stopped here, its files and ledger are its own
+
+	srv         *launch.Server
+	artifactDir string // a launched mediaserve's; "" for an endpoint
+	ledgerPath  string // a launched mediaserve's; "" for an endpoint
+}
+
+// Serve is the stage "serve": mediaserve launched for this row and ready (load is not timed),
+// or the configured endpoint answering; either way /v1/models reconciles with the inventory.
+func Serve(c *Case) (*Served, string, error) {
+	var s *Served
+	var how string
+	var err error
+	if c.Config.Target.External() {
+		s, how, err = c.endpoint()
+	} else {
+		s, how, err = c.launch()
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	c.Row.Endpoint = s.URL
+	if c.Row.Versions == nil {
+		c.Row.Versions = map[string]string{}
+	}
+	for k, v := range c.versions(s) {
+		c.Row.Versions[k] = v
+	}
+	served, err := s.API.Models(c.ctx)
+	if err != nil {
+		return nil, "", fmt.Errorf("check reconcile: %w", err)
+	}
+	lookup := c.Config.Lookup
+	if lookup == nil {
+		lookup = func(id string) (spec.Entry, error) {
+			if id == c.Entry.ID {
+				return c.Entry, nil
+			}
+			return spec.Entry{}, fmt.Errorf("%s is not in the inventory", id)
+		}
+	}
+	if err := check.Reconcile(served, lookup, c.Entry); err != nil {
+		return nil, "", err
+	}
+	for _, m := range served {
+		if m.ID == c.Entry.ID && !s.External {
+			c.Row.Mode = "mediaserve launched by the suite, " + m.Runtime + " Task runtime"
+		}
+	}
+	return s, how + "; /v1/models reconciles with the inventory", nil
+}
+
+// launch starts mediaserve for this row and waits for readiness.
+func (c *Case) launch() (*Served, string, error) {
+	s := &Served{Profile: wire.Mediaserve, artifactDir: filepath.Join(c.Dir, "artifacts"), ledgerPath: filepath.Join(c.Dir, "ledger.jsonl")}
+	cfg := launch.Config{
+		Binary: c.Config.Mediaserve, URLFromStdout: true, Dir: c.Dir, GPUs: c.Config.GPUs, Env: []string{c.rootEnv()},
+		Args: []string{"-port", "0", "-model", c.Entry.ID, "-artifact-dir", s.artifactDir, "-ledger", s.ledgerPath,
+			"-engine", c.Config.Engine},
+	}
+	timeout, from, err := bundle.LoadTimeout(c.Entry)
+	if err != nil {
+		return nil, "", fmt.Errorf("check launch: %w", err)
+	}
+	// The worker's own load timeout ends first and names the row; readiness waits a minute more
+	// for the process around it.
+	cfg.Args = append(cfg.Args, "-load-timeout", timeout.String())
+	cfg.ReadyTimeout = timeout + time.Minute
+	if f := c.Config.Fault; f != "" {
+		// The fault self-test serves a deliberately broken server; the row says so, and the
+		// stages must catch it.
+		cfg.Args = append(cfg.Args, "-fault", f)
+		c.Row.Note = "FAULT INJECTED (" + f + "): not a qualification; " + c.Row.Note
+	}
+	start := time.Now()
+	srv, err := launch.Launch(cfg)
+	if err != nil {
+		return nil, "", fmt.Errorf("check launch: %w\n%s", err, bundle.RaiseHint(timeout, from))
+	}
+	c.Row.Load = &reports.Load{ReadyS: time.Since(start).Seconds(), TimeoutS: timeout.Seconds(), From: from}
+	c.T.Cleanup(func() { _ = srv.Stop() })
+	s.srv, s.URL = srv, srv.URL
+	s.API = &client.Client{BaseURL: srv.URL, PollEvery: pollEvery}
+	return s, fmt.Sprintf("ready at %s in %.1f s (load timeout %s, from %s)", srv.URL, c.Row.Load.ReadyS, timeout, from), nil
+}
+
+// endpoint takes the configured endpoint as it is: nothing is launched, and a refused
+// request shows its error shape.
+func (c *Case) endpoint() (*Served, string, error) {
+	t := c.Config.Target
+	p := t.Profile
+	url := strings.TrimRight(t.Endpoint, "/")
+	s := &Served{URL: url, Profile: p, External: true, API: &client.Client{BaseURL: url, APIKey: t.APIKey, PollEvery: pollEvery}}
+	c.Row.Mode = "external endpoint (" + p.Name + " wire profile), not launched by the suite"
+	if c.Config.Fault != "" {
+		return nil, "", fmt.Errorf("check launch: %s=%s needs a launched mediaserve, not an endpoint", EnvFault, c.Config.Fault)
+	}
+	// A request no server can accept: no model, no prompt. Its answer shows the error shape.
+	step, err := s.exchange(c.ctx, "error", http.MethodPost, "/v1/videos", map[string]string{"mediaqual_probe": "1"})
+	if err != nil {
+		return nil, "", fmt.Errorf("check endpoint: %w", err)
+	}
+	if step.Response.Status < 400 {
+		c.findings = append(c.findings, wire.Finding{Name: "invalid-request-accepted",
+			Detail: fmt.Sprintf("POST /v1/videos without model or prompt answered HTTP %d", step.Response.Status)})
+	} else {
+		c.steps = append(c.steps, step)
+	}
+	return s, "external endpoint " + url + " answers (not launched by the suite)", nil
+}
+
+// exchange sends one request (a JSON body of fields, or none) and keeps it as a wire.Step,
+// so the server's departures from the contract can be assessed.
+func (s *Served) exchange(ctx context.Context, step, method, path string, fields map[string]string) (wire.Step, error) {
+	var st wire.Step
+	st.Step = step
+	st.Request.Method, st.Request.Path, st.Request.Fields = method, path, fields
+	var body io.Reader
+	if fields != nil {
+		b, _ := json.Marshal(fields)
+		body = bytes.NewReader(b)
+		st.Request.ContentType = "application/json"
+	}
+	req, err := http.NewRequestWithContext(ctx, method, s.URL+path, body)
+	if err != nil {
+		return st, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if s.API.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+s.API.APIKey)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return st, fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return st, fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	st.Response.Status, st.Response.ContentType = resp.StatusCode, resp.Header.Get("Content-Type")
+	if json.Valid(b) {
+		st.Response.Body = b
+	}
+	return st, nil
+}
+
+// versions are the versions of what served the run.
+func (c *Case) versions(s *Served) map[string]string {
+	v := map[string]string{"go": runtime.Version()}
+	if out, err := exec.Command("ffmpeg", "-version").Output(); err == nil {
+		v["ffmpeg"] = strings.TrimPrefix(strings.SplitN(string(out), " Copyright", 2)[0], "ffmpeg version ")
+	}
+	if b, err := os.ReadFile(c.Config.Mediaserve); err == nil && !s.External {
+		v["mediaserve"] = digest(b)[:12]
+	}
+	return v
+}

@@ -1,0 +1,223 @@
+package qualify
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"image"
+	"path/filepath"
+	"slices"
+	"sort"
+	"time"
+
+	"mediaqual/harness/aiperf"
+	"mediaqual/harness/media"
+	"mediaqual/models/spec"
+	"mediaqual/reports"
+)
+
+// Timing is the stage "timing": AIPerf's client end-to-end latency against the server's Task
+// time, per request joined on X-Request-ID, over measured requests only (warmup, load and
+// start-up are outside). A launched mediaserve must report its Task-call wall; an endpoint
+// that reports no Task time is timed by the client alone, and the row says so.
+func Timing(c *Case, a Artifacts) (string, error) {
+	var lat, task, over []float64
+	var first, last int64
+	frames := 0
+	tm := &reports.Timing{Source: "AIPerf " + aiperf.Version + " request_latency", PollIntervalMS: a.Run.PollMS}
+	measured := a.measured()
+	untimed := 0
+	for _, s := range measured {
+		if s.TaskMS <= 0 {
+			if !c.Config.Target.External() {
+				return "", fmt.Errorf("check task-wall: request %s: the server reported no Task-call wall", s.RequestID)
+			}
+			untimed++
+		}
+		lat = append(lat, s.LatencyMS)
+		task = append(task, s.TaskMS)
+		over = append(over, s.LatencyMS-s.TaskMS)
+		tm.PeakMemoryMB = max(tm.PeakMemoryMB, s.peakMB)
+		end := s.creditNS + int64(s.LatencyMS*1e6)
+		if first == 0 || s.creditNS < first {
+			first = s.creditNS
+		}
+		last = max(last, end)
+		frames += c.Entry.Defaults.NumFrames
+	}
+	if len(lat) == 0 {
+		return "", errors.New("no measured requests: the aiperf stage failed")
+	}
+	timed := untimed == 0
+	if b := c.Entry.MaxOverheadMS; b > 0 && timed {
+		for i, s := range measured {
+			if over[i] > b {
+				return "", fmt.Errorf("check timing-overhead: request %s took %.0f ms end to end for a %.0f ms Task: %.0f ms of serving overhead, budget %.0f ms",
+					s.RequestID, s.LatencyMS, s.TaskMS, over[i], b)
+			}
+		}
+	}
+	window := time.Duration(last - first).Seconds()
+	tm.Requests = len(lat)
+	tm.ClientP50MS, tm.ClientP95MS, tm.ClientMaxMS = pct(lat, 50), pct(lat, 95), pct(lat, 100)
+	if timed {
+		tm.TaskP50MS, tm.TaskP95MS = pct(task, 50), pct(task, 95)
+		tm.OverheadP50MS = pct(over, 50)
+		tm.Parts = timeParts(measured)
+	}
+	tm.Concurrency = c.Config.Concurrency
+	if count := c.Entry.DenoiseFLOPs; count != nil {
+		var perStep []float64
+		for _, s := range measured {
+			if d, ok := s.timing.TaskPhasesMS["denoise"]; ok && c.Entry.Defaults.Steps > 0 {
+				perStep = append(perStep, d/float64(c.Entry.Defaults.Steps))
+			}
+		}
+		if len(perStep) > 0 {
+			tm.DenoiseTFLOPPerStep = count(c.Entry.Defaults) / 1e12
+			tm.DenoiseMSPerStep = pct(perStep, 50)
+			tm.AchievedTFLOPS = tm.DenoiseTFLOPPerStep / (tm.DenoiseMSPerStep / 1000)
+		}
+	}
+	var psnrs []float64
+	for _, s := range measured {
+		if s.PSNR > 0 {
+			psnrs = append(psnrs, s.PSNR)
+		}
+	}
+	if len(psnrs) > 0 {
+		tm.EncodePSNRMinDB = slices.Min(psnrs)
+		for _, p := range psnrs {
+			tm.EncodePSNRMeanDB += p / float64(len(psnrs))
+		}
+	}
+	tm.ItemsPerSecond = float64(len(lat)) / window // from the first send to the last completion
+	if c.Entry.Workload == spec.TextToVideo {
+		tm.FramesPerSecond = float64(frames) / window
+	}
+	c.Row.Timing = tm
+	var points []reports.LatencyPoint
+	for i, s := range a.Served {
+		points = append(points, reports.LatencyPoint{Index: i, ClientMS: s.LatencyMS, TaskMS: s.TaskMS, Warmup: s.Warmup})
+	}
+	if chart, err := reports.LatencyChart(points); err != nil {
+		return "", err
+	} else if err := c.picture(reports.LatencyKind, fmt.Sprintf("Latency per request: %s (%d warmup, %d measured)", c.Entry.ID, len(a.Served)-len(lat), len(lat)), "latency.png", chart); err != nil {
+		return "", err
+	}
+	c.T.Attr("client_p50_ms", fmt.Sprintf("%.1f", tm.ClientP50MS))
+	if !timed {
+		c.limit(spec.FamilyValidated, "the endpoint reports no Task time: serving overhead is not measured")
+		c.T.Attr("items_per_s", fmt.Sprintf("%.3f", tm.ItemsPerSecond))
+		return fmt.Sprintf("client p50 %.1f ms over %d measured requests; Task time not reported by the endpoint for %d of them: overhead not measured",
+			tm.ClientP50MS, tm.Requests, untimed), nil
+	}
+	c.T.Attr("task_p50_ms", fmt.Sprintf("%.1f", tm.TaskP50MS))
+	c.T.Attr("overhead_p50_ms", fmt.Sprintf("%.1f", tm.OverheadP50MS))
+	c.T.Attr("items_per_s", fmt.Sprintf("%.3f", tm.ItemsPerSecond))
+	return fmt.Sprintf("client p50 %.1f ms, Task p50 %.1f ms, overhead p50 %.1f ms over %d measured requests", tm.ClientP50MS, tm.TaskP50MS, tm.OverheadP50MS, tm.Requests), nil
+}
+
+// timeParts is the p50 of each part of the measured requests' time, in the ledger's order,
+// then the client's share: its latency beyond the server's total (polling, HTTP, transfer).
+// A Task that reports phases is shown by phase, else as one part. A server that reports only
+// its Task time has no parts.
+func timeParts(reqs []Artifact) []reports.TimePart {
+	if len(reqs) == 0 || reqs[0].timing.TotalMS == 0 {
+		return nil
+	}
+	var names []string
+	for name := range reqs[0].timing.TaskPhasesMS {
+		names = append(names, name)
+	}
+	slices.SortFunc(names, func(a, b string) int { return cmp.Compare(phaseOrder(a), phaseOrder(b)) })
+	part := func(name string, of func(s Artifact) float64) reports.TimePart {
+		xs := make([]float64, len(reqs))
+		for i, s := range reqs {
+			xs[i] = of(s)
+		}
+		return reports.TimePart{Name: name, MS: pct(xs, 50)}
+	}
+	parts := []reports.TimePart{part("queue", func(s Artifact) float64 { return s.timing.QueueMS })}
+	if len(names) == 0 {
+		parts = append(parts, part("task", func(s Artifact) float64 { return s.timing.TaskCallWallMS }))
+	}
+	for _, n := range names {
+		parts = append(parts, part("task: "+n, func(s Artifact) float64 { return s.timing.TaskPhasesMS[n] }))
+	}
+	return append(parts,
+		part("hand-over", func(s Artifact) float64 { return s.timing.HandoverMS }),
+		part("encode wait", func(s Artifact) float64 { return s.timing.EncodeWaitMS }),
+		part("encode", func(s Artifact) float64 { return s.timing.EncodeMS }),
+		part("server other", func(s Artifact) float64 { return s.timing.OtherMS }),
+		part("client", func(s Artifact) float64 { return s.LatencyMS - s.timing.TotalMS }))
+}
+
+// phaseOrder puts known Task phases in the order they run; others follow by name.
+func phaseOrder(name string) int {
+	if i := slices.Index([]string{"encode_prompt", "denoise", "decode"}, name); i >= 0 {
+		return i
+	}
+	return 100
+}
+
+// picture writes img under the case's pictures/ and lists it with the row, its path relative
+// to the report directory (pictures are only kept when a report is written).
+func (c *Case) picture(kind, title, name string, img image.Image) error {
+	root := c.Config.ReportDir
+	if root == "" {
+		return nil
+	}
+	path := filepath.Join(c.Dir, "pictures", name)
+	if err := reports.WritePNG(path, img); err != nil {
+		return err
+	}
+	rel, err := filepath.Rel(root, path)
+	if err != nil {
+		return err
+	}
+	c.Row.Pictures = append(c.Row.Pictures, reports.Picture{Kind: kind, Title: title, Path: filepath.ToSlash(rel)})
+	return nil
+}
+
+// showArtifact draws the first measured artifact for people to look at: a contact sheet of a
+// clip, or an edit's before/after/difference strip.
+func (c *Case) showArtifact(served []Artifact) error {
+	if len(served) == 0 || c.Config.ReportDir == "" {
+		return nil
+	}
+	s := served[0]
+	prompt := s.item.fields["prompt"]
+	if c.Entry.Workload == spec.TextToVideo {
+		frames, err := media.DecodeFrames(c.ctx, s.Path)
+		if err != nil {
+			return err
+		}
+		sheet, err := reports.ContactSheet(frames, 5)
+		if err != nil {
+			return err
+		}
+		return c.picture(reports.ContactSheetKind, fmt.Sprintf("Contact sheet: %s, %s %q (%d frames)", c.Entry.ID, s.item.key, prompt, len(frames)), "contact-"+s.item.key+".png", sheet)
+	}
+	before, err := media.DecodeImageBytes(s.item.ref)
+	if err != nil {
+		return err
+	}
+	after, err := media.DecodeImage(s.Path)
+	if err != nil {
+		return err
+	}
+	strip, err := reports.EditStrip(before, after)
+	if err != nil {
+		return err
+	}
+	return c.picture(reports.EditStripKind, fmt.Sprintf("Before / after: %s, %s %q", c.Entry.ID, s.item.key, prompt), "edit-"+s.item.key+".png", strip)
+}
+
+// pct is the nearest-rank percentile p of xs.
+func pct(xs []float64, p float64) float64 {
+	s := slices.Clone(xs)
+	sort.Float64s(s)
+	i := int(float64(len(s))*p/100+0.5) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
