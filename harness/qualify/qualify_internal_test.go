@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"mediaqual/harness/api"
 	"mediaqual/harness/client"
 	"mediaqual/harness/wire"
 	"mediaqual/internal/stages"
@@ -288,4 +289,12 @@ func TestNotComparedIsNeverAPass(t *testing.T) {
 	assert.Equal(t, "not compared: no native path", row.Stages[0].Message)
 	require.Len(t, row.Limits, 1, "and the row cannot earn more than implemented")
 	assert.Equal(t, spec.Implemented, row.Limits[0].Ceiling)
+}
+
+// The row's layout is what /v1/models declared: lanes and their devices, nothing when the
+// server does not say.
+func TestLayoutFromTheModelsDeclaration(t *testing.T) {
+	assert.Equal(t, "1 lane", layout(api.Model{Lanes: 1}))
+	assert.Equal(t, "2 lanes, CUDA devices 0 | 1", layout(api.Model{Lanes: 2, LaneDevices: []string{"0", "1"}}))
+	assert.Equal(t, "", layout(api.Model{}))
 }

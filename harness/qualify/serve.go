@@ -2,6 +2,7 @@ package qualify
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"mediaqual/harness/api"
 	"mediaqual/harness/check"
 	"mediaqual/harness/client"
 	"mediaqual/harness/launch"
@@ -77,9 +79,15 @@ func Serve(c *Case) (*Served, string, error) {
 		return nil, "", err
 	}
 	for _, m := range served {
-		if m.ID == c.Entry.ID && !s.External {
-			c.Row.Mode = "mediaserve launched by the suite, " + m.Runtime + " Task runtime"
+		if m.ID == c.Entry.ID {
+			if !s.External {
+				c.Row.Mode = "mediaserve launched by the suite, " + m.Runtime + " Task runtime"
+			}
+			c.Row.Layout = layout(m)
 		}
+	}
+	if c.Entry.Engine != "" && !s.External {
+		c.Row.Engine = cmp.Or(c.Config.Engine, c.Entry.Engine)
 	}
 	return s, how + "; /v1/models reconciles with the inventory", nil
 }
@@ -191,4 +199,19 @@ func (c *Case) versions(s *Served) map[string]string {
 		v["mediaserve"] = digest(b)[:12]
 	}
 	return v
+}
+
+// layout says how the server declared it runs the model: its lanes and their devices.
+func layout(m api.Model) string {
+	if m.Lanes == 0 {
+		return "" // a server that does not say
+	}
+	l := fmt.Sprintf("%d lane", m.Lanes)
+	if m.Lanes > 1 {
+		l += "s"
+	}
+	if len(m.LaneDevices) > 0 {
+		l += ", CUDA devices " + strings.Join(m.LaneDevices, " | ")
+	}
+	return l
 }
