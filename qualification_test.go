@@ -12,13 +12,13 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"mediaqual/harness/launch"
 	qual "mediaqual/harness/qualify"
 	"mediaqual/internal/casegen"
 	"mediaqual/models"
@@ -71,8 +71,8 @@ func configure(dir string) (qual.Config, error) {
 	}
 	cfg.Lookup = models.Lookup
 	if cfg.Mediaserve == filepath.Join(dir, "mediaserve") {
-		if out, err := exec.Command("go", "build", "-o", cfg.Mediaserve, "./cmd/mediaserve").CombinedOutput(); err != nil {
-			return cfg, fmt.Errorf("building mediaserve: %v\n%s", err, out)
+		if err := launch.BuildMediaserve(root, cfg.Mediaserve); err != nil {
+			return cfg, err
 		}
 	}
 	return cfg, nil

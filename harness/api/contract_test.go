@@ -5,7 +5,6 @@ import (
 	"mime/multipart"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -32,10 +31,7 @@ func TestContract(t *testing.T) {
 	require.NoError(t, err)
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "mediaserve")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/mediaserve")
-	build.Dir = root
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "go build: %s", out)
+	require.NoError(t, launch.BuildMediaserve(root, bin))
 	ledgerPath := filepath.Join(dir, "ledger.jsonl")
 	srv := launch.Start(t, launch.Config{Binary: bin, URLFromStdout: true, Dir: dir, Env: []string{"MEDIAQUAL_ROOT=" + root},
 		Args: []string{"-port", "0", "-model", "ref-t2v", "-model", "ref-edit", "-ledger", ledgerPath, "-artifact-dir", filepath.Join(dir, "art")}})

@@ -85,6 +85,17 @@ type Server struct {
 }
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago. Another process may take
+// BuildMediaserve builds the module's mediaserve (root is the module root) to out, for the
+// suite and the tests that start a real server.
+func BuildMediaserve(root, out string) error {
+	build := exec.Command("go", "build", "-o", out, "./cmd/mediaserve")
+	build.Dir = root
+	if b, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("building mediaserve: %v\n%s", err, b)
+	}
+	return nil
+}
+
 // it before the server binds it; prefer a server that binds port 0 and prints its URL.
 func FreePort() (int, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

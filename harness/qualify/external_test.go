@@ -32,10 +32,7 @@ func TestQualifyAnEndpointStartedByHand(t *testing.T) {
 	root, err := filepath.Abs("../..")
 	require.NoError(t, err)
 	bin := filepath.Join(t.TempDir(), "mediaserve")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/mediaserve")
-	build.Dir = root
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "%s", out)
+	require.NoError(t, launch.BuildMediaserve(root, bin))
 
 	port, err := launch.FreePort()
 	require.NoError(t, err)
