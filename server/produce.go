@@ -30,17 +30,10 @@ type Product struct {
 	PeakMemoryMB float64            `json:"peak_memory_mb"`
 }
 
-// Produce runs task on req, checks that the output is exactly what was asked, and encodes it
-// to path (MP4 for text_to_video, PNG for image_edit). HTTP jobs and `mediaserve task` both go
-// through here (a lane in two halves, so the next Task need not wait for this encode), which
-// is what makes their artifacts comparable byte for byte.
-func Produce(ctx context.Context, task spec.Task, cp spec.Checkpoint, capability spec.Capability, req spec.Request, path string) (Product, error) {
-	g, err := generate(ctx, task, cp, capability, req, nil)
-	if err != nil {
-		return Product{}, err
-	}
-	return g.encode(ctx, path, nil)
-}
+// A generation is two halves, generate (the Task and the checks of what it produced) and
+// encode (MP4 for text_to_video, PNG for image_edit): a lane runs the second beside the next
+// Task. HTTP jobs and `mediaserve task` (RunNative) both go through both, which is what makes
+// their artifacts comparable byte for byte.
 
 // generated is a Task's checked output waiting for the encoder.
 type generated struct {
@@ -113,9 +106,7 @@ func checkActual(cp spec.Checkpoint, capability spec.Capability, s spec.Settings
 	if capability == spec.TextToVideo {
 		wantFrames = s.NumFrames
 	}
-	if out.Video == nil && len(out.Frames) != wantFrames {
-		return mismatch("frames", wantFrames, len(out.Frames))
-	}
+	// In-process frames one by one first: a wrong one is named by its index.
 	for i, f := range out.Frames {
 		if f == nil || f.Rect.Min != (image.Point{}) || f.Rect.Dx() != s.Size.W || f.Rect.Dy() != s.Size.H {
 			got := "nil"

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -56,19 +55,15 @@ func buildModel(cp spec.Checkpoint, engine string, log *slog.Logger, loadTimeout
 		return server.Model{}, err
 	}
 	if cp.NewTask != nil {
-		m := server.Model{Checkpoint: cp, Runtime: "in-process"}
-		for i := range max(1, lanes) {
+		var tasks []spec.Task
+		for range max(1, lanes) {
 			t, err := cp.NewTask()
 			if err != nil {
 				return server.Model{}, err
 			}
-			if i == 0 {
-				m.Task = t
-			} else {
-				m.Replicas = append(m.Replicas, t)
-			}
+			tasks = append(tasks, t)
 		}
-		return m, nil
+		return server.Model{Checkpoint: cp, Runtime: "in-process", Task: tasks[0], Replicas: tasks[1:]}, nil
 	}
 	if len(cp.Worker) == 0 {
 		return server.Model{}, fmt.Errorf("%s has neither an in-process Task nor a worker command", cp.ID)
@@ -77,26 +72,23 @@ func buildModel(cp spec.Checkpoint, engine string, log *slog.Logger, loadTimeout
 	if err != nil {
 		return server.Model{}, err
 	}
-	m := server.Model{Checkpoint: cp, Runtime: "worker"}
+	var tasks []spec.Task
+	var devices []string
 	for i, g := range groups {
 		cfg := worker.Config{
 			// No ScratchDir: the worker's per-job files go to a private temporary directory
 			// that Close removes, never into the artifact directory.
-			Argv:        resolveArgv(cp.Worker),
+			Argv:        workerArgv(cp),
 			Log:         slogWriter{log.With("worker", cp.ID, "lane", i)},
 			LoadTimeout: loadTimeout,
 		}
 		if g != "" {
 			cfg.Env = []string{"CUDA_VISIBLE_DEVICES=" + g}
-			m.Devices = append(m.Devices, g)
+			devices = append(devices, g)
 		}
-		if i == 0 {
-			m.Task = worker.New(cfg)
-		} else {
-			m.Replicas = append(m.Replicas, worker.New(cfg))
-		}
+		tasks = append(tasks, worker.New(cfg))
 	}
-	return m, nil
+	return server.Model{Checkpoint: cp, Runtime: "worker", Task: tasks[0], Replicas: tasks[1:], Devices: devices}, nil
 }
 
 // gpusPerTask is how many GPUs one of the row's Tasks uses (its GPU needs; 1 without).
@@ -128,20 +120,27 @@ func laneDevices(id, visible string, perTask, lanes int) ([]string, error) {
 	return groups, nil
 }
 
-// withEngine returns cp running engine: its Engine and the value of its worker's --engine.
-// A row without an engine choice accepts only "".
+// withEngine returns cp running engine instead of the row's. A row without an engine choice
+// accepts only "".
 func withEngine(cp spec.Checkpoint, engine string) (spec.Checkpoint, error) {
 	if engine == "" || engine == cp.Engine {
 		return cp, nil
 	}
-	argv := slices.Clone(cp.Worker)
-	i := slices.Index(argv, "--engine")
-	if i < 0 || i+1 >= len(argv) {
-		return cp, fmt.Errorf("%s has no engine choice (its engine is %q); -engine %s cannot apply", cp.ID, cp.Engine, engine)
+	if cp.Engine == "" {
+		return cp, fmt.Errorf("%s has no engine choice; -engine %s cannot apply", cp.ID, engine)
 	}
-	argv[i+1] = engine
-	cp.Worker, cp.Engine = argv, engine
+	cp.Engine = engine
 	return cp, nil
+}
+
+// workerArgv is the row's worker command with its script path resolved and, for a row with
+// an engine choice, the engine it runs (docs/WORKER.md).
+func workerArgv(cp spec.Checkpoint) []string {
+	argv := resolveArgv(cp.Worker)
+	if cp.Engine != "" {
+		argv = append(argv, "--engine", cp.Engine)
+	}
+	return argv
 }
 
 // resolveArgv makes a worker's script path absolute: families name it relative to the module

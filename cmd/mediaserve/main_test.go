@@ -96,3 +96,23 @@ func TestInProcessLanes(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, m.Tasks(), 3)
 }
+
+// A row with an engine choice runs its worker with --engine (the row's, or -engine's); a row
+// without one refuses -engine.
+func TestEngineReachesTheWorker(t *testing.T) {
+	wan, err := models.Lookup("Wan-AI/Wan2.1-T2V-1.3B")
+	require.NoError(t, err)
+	require.NotEmpty(t, wan.Engine)
+	argv := workerArgv(wan.Checkpoint)
+	assert.Equal(t, []string{"--engine", wan.Engine}, argv[len(argv)-2:])
+	eager, err := withEngine(wan.Checkpoint, "eager")
+	require.NoError(t, err)
+	argv = workerArgv(eager)
+	assert.Equal(t, []string{"--engine", "eager"}, argv[len(argv)-2:])
+
+	qwen, err := models.Lookup("Qwen/Qwen-Image-Edit-2511")
+	require.NoError(t, err)
+	assert.NotContains(t, workerArgv(qwen.Checkpoint), "--engine")
+	_, err = withEngine(qwen.Checkpoint, "regional-compile")
+	assert.ErrorContains(t, err, "has no engine choice")
+}

@@ -37,7 +37,6 @@ func Entries() []spec.Entry {
 			},
 			Defaults: spec.Settings{Size: spec.Size{W: 1344, H: 768}, NumFrames: 124, FPS: 24, Steps: 50, Guidance: 1.0, Seed: 0},
 			Worker:   worker("MiniMaxAI/MiniMax-H3"),
-			Engine:   "eager",
 		},
 		Workload:   spec.TextToVideo,
 		NativeTask: "diffusers.MiniMaxH3ModularPipeline, t2va workflow (ComponentsManager auto CPU offload)",

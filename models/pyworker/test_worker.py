@@ -55,9 +55,11 @@ class WeightsTest(unittest.TestCase):
         b = pw.TorchBackend()
         with tempfile.TemporaryDirectory() as bundle:
             self.assertEqual(b.note_weights(bundle), "")
-            self.assertEqual(b.ready_info(), {"weights": "bundle", "engine": "eager"})
+            self.assertEqual(b.ready_info(), {"weights": "bundle"})
             open(os.path.join(bundle, l0.MARKER), "w").close()
             self.assertIn("L0-RANDOM", b.note_weights(bundle))
+            self.assertEqual(b.ready_info(), {"weights": "L0-random"})
+            b.apply_engine(CompilablePipe(), "eager")
             self.assertEqual(b.ready_info(), {"weights": "L0-random", "engine": "eager"})
 
 

@@ -332,7 +332,7 @@ class TorchBackend:
     generators, CUDA sync and peak memory, OOM recovery, the engine. A subclass calls setup()
     first in its __init__ (after checking the bundle) and supplies pipe and call(kwargs)."""
 
-    engine = "eager"
+    engine = None  # set by apply_engine, for families that offer a choice
 
     def apply_engine(self, pipe, engine):
         """eager: nothing. regional-compile: torch.compile the transformer's repeated block
@@ -398,7 +398,10 @@ class TorchBackend:
         return "; L0-RANDOM weights: mechanics, timing and shapes only, never quality" if self.l0_random else ""
 
     def ready_info(self):
-        return {"weights": "L0-random" if self.l0_random else "bundle", "engine": self.engine}
+        info = {"weights": "L0-random" if self.l0_random else "bundle"}
+        if self.engine:
+            info["engine"] = self.engine
+        return info
 
     def generator(self, seed):
         return self.torch.Generator(device=self.device).manual_seed(seed)

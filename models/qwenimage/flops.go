@@ -10,7 +10,7 @@ const (
 	ffn    = 4 * dim
 	// textTokens estimates the text stream: Qwen2.5-VL's template, the prompt and the
 	// reference seen at 384² (about 190 vision tokens). It varies with the prompt; at the
-	// pinned size it moves the count by about 1 % per 100 tokens.
+	// pinned size 100 tokens more or fewer move the count by about 1.5 %.
 	textTokens = 256
 )
 

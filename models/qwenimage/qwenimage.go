@@ -22,9 +22,8 @@ func Entries() []spec.Entry {
 			// The script path is relative to the module root; mediaserve resolves it against
 			// $MEDIAQUAL_ROOT. The weights are the row's bundle under $MEDIAQUAL_BUNDLES.
 			Worker: []string{"python3", "models/qwenimage/adapter.py", "--bundle-name", "Qwen/Qwen-Image-Edit-2511"},
-			// Eager: the text sequence length varies with the prompt, so a compiled transformer
-			// would recompile inside timed requests.
-			Engine: "eager",
+			// No Engine: the adapter runs eager only. The text sequence length varies with the
+			// prompt, so a compiled transformer would recompile inside timed requests.
 		},
 		Workload: spec.ImageEdit, NativeTask: "diffusers.QwenImageEditPlusPipeline",
 		// The adapter runs (L0-random bundle on an H200); the status stays planned until real

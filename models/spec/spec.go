@@ -167,8 +167,9 @@ type Checkpoint struct {
 	NewTask func() (Task, error) `json:"-"`
 	// Worker is the argv of the long-lived worker process that runs this family's Task.
 	Worker []string `json:"-"`
-	// Engine is how the Task runs the model (see Actual.Engine): the row's choice, passed to
-	// its worker, reported back in every actual and checked there.
+	// Engine is how the Task runs the model (see Actual.Engine), for families that offer a
+	// choice: mediaserve passes it to the worker as --engine (docs/WORKER.md), and every
+	// actual must report it back.
 	Engine string `json:"engine,omitempty"`
 }
 
@@ -205,9 +206,9 @@ type Actual struct {
 	Guidance  float64 `json:"guidance"`
 	Seed      int64   `json:"seed"`
 	Precision string  `json:"precision"`
-	// Engine is how the Task ran its model (e.g. "eager", "regional-compile"); empty for
-	// families with no choice. Bytes may differ between engines, so identity and goldens are
-	// keyed by it.
+	// Engine is how the Task ran its model ("eager", "regional-compile"); empty for families
+	// with no choice. Bytes differ between engines, so the native path and the server run the
+	// same one and the server fails a job whose engine is not the row's.
 	Engine string `json:"engine,omitempty"`
 }
 

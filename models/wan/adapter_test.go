@@ -140,7 +140,7 @@ func TestAdapterFrameRuleAgreesWithTheRows(t *testing.T) {
 func TestWorkerArgvStartsTheAdapter(t *testing.T) {
 	for _, e := range Entries() {
 		require.NoError(t, argvPins(e.Worker, pinned[e.ID].flowShift, e.Bundle), e.ID)
-		require.NoError(t, argvRuns(e.Worker, e.Engine, e.Defaults), e.ID)
+		require.NoError(t, argvWarmsUp(e.Worker, e.Defaults), e.ID)
 		pyworker.ExpectFatalWithoutBundle(t, e.Worker, e.Bundle)
 	}
 }
@@ -159,16 +159,16 @@ func argvPins(argv []string, flowShift, bundle string) error {
 	return nil
 }
 
-// argvRuns checks a worker argv runs the row's engine and warms up at its pinned shape (so a
-// compiled engine never compiles inside a timed job).
-func argvRuns(argv []string, engine string, pinned spec.Settings) error {
+// argvWarmsUp checks a worker argv warms up at the row's pinned shape (so a compiled engine
+// never compiles inside a timed job).
+func argvWarmsUp(argv []string, pinned spec.Settings) error {
 	got := map[string]string{}
 	for i := 0; i+1 < len(argv); i++ {
 		if strings.HasPrefix(argv[i], "--") {
 			got[argv[i]] = argv[i+1]
 		}
 	}
-	want := map[string]string{"--engine": engine, "--warmup-size": pinned.Size.String(), "--warmup-frames": strconv.Itoa(pinned.NumFrames)}
+	want := map[string]string{"--warmup-size": pinned.Size.String(), "--warmup-frames": strconv.Itoa(pinned.NumFrames)}
 	for k, v := range want {
 		if got[k] != v {
 			return fmt.Errorf("worker argv %v: %s %q, the row's is %q", argv, k, got[k], v)
@@ -181,10 +181,9 @@ func argvRuns(argv []string, engine string, pinned spec.Settings) error {
 func TestArgvPinsCatchesAWrongWorker(t *testing.T) {
 	e := Entries()[0]
 	require.NoError(t, argvPins(e.Worker, "3.0", e.Bundle))
-	assert.ErrorContains(t, argvPins(worker("5.0", e.Bundle, engine, wan21), "3.0", e.Bundle), `--flow-shift "5.0"`)
+	assert.ErrorContains(t, argvPins(worker("5.0", e.Bundle, wan21), "3.0", e.Bundle), `--flow-shift "5.0"`)
 	assert.Error(t, argvPins([]string{"python3", "models/wan/adapter.py", "--bundle-name", e.Bundle}, "3.0", e.Bundle), "no flow shift")
-	assert.Error(t, argvPins(worker("3.0", "Wan-AI/Wan2.2-TI2V-5B-Diffusers", engine, wan21), "3.0", e.Bundle), "another bundle")
-	require.NoError(t, argvRuns(e.Worker, e.Engine, e.Defaults))
-	assert.ErrorContains(t, argvRuns(worker("3.0", e.Bundle, "eager", wan21), e.Engine, e.Defaults), `--engine "eager"`)
-	assert.ErrorContains(t, argvRuns(worker("3.0", e.Bundle, engine, wan22), e.Engine, e.Defaults), `--warmup-size "1280x704"`)
+	assert.Error(t, argvPins(worker("3.0", "Wan-AI/Wan2.2-TI2V-5B-Diffusers", wan21), "3.0", e.Bundle), "another bundle")
+	require.NoError(t, argvWarmsUp(e.Worker, e.Defaults))
+	assert.ErrorContains(t, argvWarmsUp(worker("3.0", e.Bundle, wan22), e.Defaults), `--warmup-size "1280x704"`)
 }

@@ -18,10 +18,10 @@ var frames4k1 = &spec.FrameRule{Step: 4, Offset: 1, Range: spec.IntRange{Min: 5,
 // weights are the row's bundle under $MEDIAQUAL_BUNDLES. The script path is relative to the
 // module root; mediaserve resolves it against $MEDIAQUAL_ROOT.
 // The warm-up before "ready" runs at the row's pinned shape, so a compiled engine is
-// specialised for it and no timed job compiles.
-func worker(flowShift, bundle, engine string, pinned spec.Settings) []string {
+// specialised for it and no timed job compiles; mediaserve adds the row's --engine.
+func worker(flowShift, bundle string, pinned spec.Settings) []string {
 	return []string{"python3", "models/wan/adapter.py", "--flow-shift", flowShift, "--bundle-name", bundle,
-		"--engine", engine, "--warmup-size", pinned.Size.String(), "--warmup-frames", strconv.Itoa(pinned.NumFrames)}
+		"--warmup-size", pinned.Size.String(), "--warmup-frames", strconv.Itoa(pinned.NumFrames)}
 }
 
 // engine: regional compilation of the transformer block (diffusers' compile_repeated_blocks)
@@ -61,7 +61,7 @@ func Entries() []spec.Entry {
 					GuidanceParam: "guidance_scale", NegativePrompt: true,
 				},
 				Defaults: wan21,
-				Worker:   worker("3.0", "Wan-AI/Wan2.1-T2V-1.3B-Diffusers", engine, wan21),
+				Worker:   worker("3.0", "Wan-AI/Wan2.1-T2V-1.3B-Diffusers", wan21),
 				Engine:   engine,
 			},
 			Workload: spec.TextToVideo, NativeTask: "diffusers.WanPipeline (UniPC flow_shift 3.0)",
@@ -85,7 +85,7 @@ func Entries() []spec.Entry {
 				},
 				Defaults: wan22,
 				// Text-to-video mode: no image is passed, so TI2V generates from the prompt alone.
-				Worker: worker("5.0", "Wan-AI/Wan2.2-TI2V-5B-Diffusers", engine, wan22),
+				Worker: worker("5.0", "Wan-AI/Wan2.2-TI2V-5B-Diffusers", wan22),
 				Engine: engine,
 			},
 			Workload: spec.TextToVideo, NativeTask: "diffusers.WanPipeline, text-to-video mode (UniPC flow_shift 5.0)",
