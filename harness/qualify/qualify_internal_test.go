@@ -298,3 +298,27 @@ func TestLayoutFromTheModelsDeclaration(t *testing.T) {
 	assert.Equal(t, "2 lanes, CUDA devices 0 | 1", layout(api.Model{Lanes: 2, LaneDevices: []string{"0", "1"}}))
 	assert.Equal(t, "", layout(api.Model{}))
 }
+
+// Task speed comes from the reported denoise phase and the row's count; without either
+// nothing is claimed. Encode quality averages only the artifacts where it was measured.
+func TestTaskSpeedAndEncodeQuality(t *testing.T) {
+	e := spec.Entry{Checkpoint: spec.Checkpoint{Defaults: spec.Settings{Steps: 2}},
+		DenoiseFLOPs: func(spec.Settings) float64 { return 2e12 }}
+	withDenoise := Artifact{PSNR: 30}
+	withDenoise.timing.TaskPhasesMS = map[string]float64{"denoise": 200}
+	tm := &reports.Timing{}
+	taskSpeed(tm, e, []Artifact{withDenoise, withDenoise})
+	assert.Equal(t, 100.0, tm.DenoiseMSPerStep)
+	assert.Equal(t, 2.0, tm.DenoiseTFLOPPerStep)
+	assert.InDelta(t, 20.0, tm.AchievedTFLOPS, 1e-9)
+
+	none := &reports.Timing{}
+	taskSpeed(none, e, []Artifact{{}})
+	e.DenoiseFLOPs = nil
+	taskSpeed(none, e, []Artifact{withDenoise})
+	assert.Zero(t, none.AchievedTFLOPS, "no phase or no count: no figure")
+
+	encodeQuality(tm, []Artifact{withDenoise, {PSNR: 40}, {}})
+	assert.Equal(t, 30.0, tm.EncodePSNRMinDB)
+	assert.Equal(t, 35.0, tm.EncodePSNRMeanDB)
+}

@@ -66,31 +66,8 @@ func Timing(c *Case, a Artifacts) (string, error) {
 		tm.Parts = timeParts(measured)
 	}
 	tm.Concurrency = c.Config.Concurrency
-	if count := c.Entry.DenoiseFLOPs; count != nil {
-		var perStep []float64
-		for _, s := range measured {
-			if d, ok := s.timing.TaskPhasesMS["denoise"]; ok && c.Entry.Defaults.Steps > 0 {
-				perStep = append(perStep, d/float64(c.Entry.Defaults.Steps))
-			}
-		}
-		if len(perStep) > 0 {
-			tm.DenoiseTFLOPPerStep = count(c.Entry.Defaults) / 1e12
-			tm.DenoiseMSPerStep = pct(perStep, 50)
-			tm.AchievedTFLOPS = tm.DenoiseTFLOPPerStep / (tm.DenoiseMSPerStep / 1000)
-		}
-	}
-	var psnrs []float64
-	for _, s := range measured {
-		if s.PSNR > 0 {
-			psnrs = append(psnrs, s.PSNR)
-		}
-	}
-	if len(psnrs) > 0 {
-		tm.EncodePSNRMinDB = slices.Min(psnrs)
-		for _, p := range psnrs {
-			tm.EncodePSNRMeanDB += p / float64(len(psnrs))
-		}
-	}
+	taskSpeed(tm, c.Entry, measured)
+	encodeQuality(tm, measured)
 	tm.ItemsPerSecond = float64(len(lat)) / window // from the first send to the last completion
 	if c.Entry.Workload == spec.TextToVideo {
 		tm.FramesPerSecond = float64(frames) / window
@@ -116,6 +93,43 @@ func Timing(c *Case, a Artifacts) (string, error) {
 	c.T.Attr("overhead_p50_ms", fmt.Sprintf("%.1f", tm.OverheadP50MS))
 	c.T.Attr("items_per_s", fmt.Sprintf("%.3f", tm.ItemsPerSecond))
 	return fmt.Sprintf("client p50 %.1f ms, Task p50 %.1f ms, overhead p50 %.1f ms over %d measured requests", tm.ClientP50MS, tm.TaskP50MS, tm.OverheadP50MS, tm.Requests), nil
+}
+
+// taskSpeed sets the denoise figures for a row with a FLOP count whose Task reports its
+// denoise phase: ms a step (p50) and the TFLOP/s that achieves.
+func taskSpeed(tm *reports.Timing, e spec.Entry, measured []Artifact) {
+	if e.DenoiseFLOPs == nil || e.Defaults.Steps <= 0 {
+		return
+	}
+	var perStep []float64
+	for _, s := range measured {
+		if d, ok := s.timing.TaskPhasesMS["denoise"]; ok {
+			perStep = append(perStep, d/float64(e.Defaults.Steps))
+		}
+	}
+	if len(perStep) == 0 {
+		return
+	}
+	tm.DenoiseTFLOPPerStep = e.DenoiseFLOPs(e.Defaults) / 1e12
+	tm.DenoiseMSPerStep = pct(perStep, 50)
+	tm.AchievedTFLOPS = tm.DenoiseTFLOPPerStep / (tm.DenoiseMSPerStep / 1000)
+}
+
+// encodeQuality sets the worst and mean encode PSNR of the artifacts where it was measured.
+func encodeQuality(tm *reports.Timing, measured []Artifact) {
+	var psnrs []float64
+	for _, s := range measured {
+		if s.PSNR > 0 {
+			psnrs = append(psnrs, s.PSNR)
+		}
+	}
+	if len(psnrs) == 0 {
+		return
+	}
+	tm.EncodePSNRMinDB = slices.Min(psnrs)
+	for _, p := range psnrs {
+		tm.EncodePSNRMeanDB += p / float64(len(psnrs))
+	}
 }
 
 // timeParts is the p50 of each part of the measured requests' time, in the ledger's order,
