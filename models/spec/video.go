@@ -44,7 +44,7 @@ func ExpandRGB(dst, src []byte) {
 	}
 }
 
-// PackRGBA packs same-sized frames (origin at 0,0) into a Video, dropping alpha.
+// PackRGBA packs frames of one size into a Video, dropping alpha.
 func PackRGBA(frames []*image.RGBA) (Video, error) {
 	if len(frames) == 0 || frames[0] == nil {
 		return Video{}, fmt.Errorf("no frames")
