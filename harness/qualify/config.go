@@ -98,14 +98,11 @@ func FromEnv(root, mediaserve string) (Config, error) {
 	if d, err := time.ParseDuration(os.Getenv("MEDIAQUAL_REQUEST_TIMEOUT")); err == nil && d > 0 {
 		c.RequestTimeout = d
 	}
-	if n, err := strconv.Atoi(os.Getenv("MEDIAQUAL_CONCURRENCY")); err == nil && n > 0 {
-		c.Concurrency = n
-	}
 	for _, v := range []struct {
 		env string
 		n   *int
 		min int
-	}{{"MEDIAQUAL_WARMUP_REQUESTS", &c.Warmup, 0}, {"MEDIAQUAL_MEASURED_REQUESTS", &c.Measured, 1}} {
+	}{{"MEDIAQUAL_WARMUP_REQUESTS", &c.Warmup, 0}, {"MEDIAQUAL_MEASURED_REQUESTS", &c.Measured, 1}, {"MEDIAQUAL_CONCURRENCY", &c.Concurrency, 1}} {
 		if s := os.Getenv(v.env); s != "" {
 			n, err := strconv.Atoi(s)
 			if err != nil || n < v.min {

@@ -253,6 +253,15 @@ func TestRequestPlan(t *testing.T) {
 	t.Setenv("MEDIAQUAL_MEASURED_REQUESTS", "0")
 	_, err = FromEnv(".", "")
 	assert.ErrorContains(t, err, "MEDIAQUAL_MEASURED_REQUESTS")
+	t.Setenv("MEDIAQUAL_MEASURED_REQUESTS", "")
+
+	t.Setenv("MEDIAQUAL_CONCURRENCY", "2")
+	cfg, err = FromEnv(".", "")
+	require.NoError(t, err)
+	assert.Equal(t, 2, cfg.Concurrency)
+	t.Setenv("MEDIAQUAL_CONCURRENCY", "two")
+	_, err = FromEnv(".", "")
+	assert.ErrorContains(t, err, `MEDIAQUAL_CONCURRENCY="two"`)
 }
 
 // An endpoint's departures from the contract are findings in the row, not failures; an
