@@ -168,10 +168,11 @@ func argvWarmsUp(argv []string, pinned spec.Settings) error {
 			got[argv[i]] = argv[i+1]
 		}
 	}
-	want := map[string]string{"--warmup-size": pinned.Size.String(), "--warmup-frames": strconv.Itoa(pinned.NumFrames)}
-	for k, v := range want {
-		if got[k] != v {
-			return fmt.Errorf("worker argv %v: %s %q, the row's is %q", argv, k, got[k], v)
+	// A slice, not a map: the first wrong flag named must not depend on iteration order.
+	want := [][2]string{{"--warmup-size", pinned.Size.String()}, {"--warmup-frames", strconv.Itoa(pinned.NumFrames)}}
+	for _, kv := range want {
+		if got[kv[0]] != kv[1] {
+			return fmt.Errorf("worker argv %v: %s %q, the row's is %q", argv, kv[0], got[kv[0]], kv[1])
 		}
 	}
 	return nil
