@@ -3,7 +3,7 @@ GO      ?= go
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 BIN     := bin
 
-.PHONY: all test qualify build vet deps ffmpeg aiperf chromium bench generate list fuzz gpu-kit
+.PHONY: all test qualify build vet deps ffmpeg aiperf torch chromium bench generate list fuzz gpu-kit
 
 all: test
 
@@ -20,6 +20,15 @@ aiperf:
 	@python3 -c 'import venv, ensurepip' 2>/dev/null || { echo "installing Debian python3-venv"; \
 		$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv; }
 	$(GO) run ./internal/aiperfinstall
+
+# torch, diffusers and transformers for the CPU tests of a worker on several ranks (gloo), in a
+# virtualenv under .cache (MEDIAQUAL_TORCH_VENV overrides; models/pyworker/ranks_test.go).
+TORCH_VENV ?= $(or $(MEDIAQUAL_TORCH_VENV),.cache/torch-2.11.0)
+torch:
+	@if ! $(TORCH_VENV)/bin/python -c 'import torch, diffusers, transformers, numpy' 2>/dev/null; then \
+		echo "installing scripts/torch-cpu.txt into $(TORCH_VENV)"; \
+		python3 -m venv $(TORCH_VENV) && $(TORCH_VENV)/bin/pip install -q --disable-pip-version-check -r scripts/torch-cpu.txt; \
+	fi
 
 # Debian's Chromium renders the HTML report in its test.
 chromium:
@@ -39,7 +48,7 @@ vet:
 	$(GO) vet ./...
 	$(GO) vet -tags gpu ./...
 
-test: deps chromium vet
+test: deps torch chromium vet
 	$(GO) test -count=1 ./...
 	$(MAKE) fuzz
 

@@ -20,6 +20,9 @@ Configuration (argv wins over the environment):
                         memory requires (the weights do not fit one GPU at once); "none": the
                         whole pipeline on DEV (tiny bundles, and "cpu")
   --warmup-steps N      before "ready", one N-step generation at the smallest legal shape (0: off)
+  --layout L            single (default) or ulysses-N: the transformer over N GPUs of
+                        CUDA_VISIBLE_DEVICES as N ranks (models/pyworker/ranks.py); cfg-2 is
+                        refused: the model is guidance-distilled, there is no second branch
 Precision is pinned: load_components(dtype=bf16), as upstream documents; the checkpoint's own
 fp32-kept modules (patch projections, timestep MLP, output heads, VAE encoder, audio VAE) stay
 fp32 by diffusers' _keep_in_fp32_modules.
@@ -281,11 +284,12 @@ def step_hook_block():
 
 
 class Config:
-    def __init__(self, bundle, device="cuda:0", offload="auto", warmup_steps=0):
+    def __init__(self, bundle, device="cuda:0", offload="auto", warmup_steps=0, layout=None):
         self.bundle = bundle
         self.device = device
         self.offload = offload
         self.warmup_steps = warmup_steps
+        self.layout = layout
 
 
 class DiffusersBackend(pw.TorchBackend):
@@ -330,6 +334,8 @@ class DiffusersBackend(pw.TorchBackend):
         else:
             pipe = pipe.to(self.device)
         pipe.set_progress_bar_config(disable=True)
+        if cfg.layout:
+            self.apply_layout(pipe, cfg.layout)
         self.pipe = pipe
         self.geometry = Geometry(
             frames_per_chunk=pipe.vae_frames_per_chunk, latents_per_chunk=pipe.vae_latents_per_chunk,
@@ -395,13 +401,22 @@ def parse_args(argv, env):
     p.add_argument("--device", default=env.get("MEDIAQUAL_MINIMAX_DEVICE", "cuda:0"))
     p.add_argument("--offload", choices=("auto", "none"), default="auto")
     p.add_argument("--warmup-steps", type=int, default=0)
+    p.add_argument("--layout", type=layout_arg, help="single or ulysses-N (default: one GPU, not reported)")
     args = p.parse_args(argv)
-    return Config(pw.resolve_bundle(args, env), args.device, args.offload, args.warmup_steps)
+    return Config(pw.resolve_bundle(args, env), pw.rank_device(args.device, args.layout, env), args.offload,
+                  args.warmup_steps, args.layout)
+
+
+def layout_arg(value):
+    value = pw.layout_arg(value)
+    if value.startswith("cfg"):
+        raise argparse.ArgumentTypeError("MiniMax-H3 is guidance-distilled: it has no guidance branches to split (%s)" % value)
+    return value
 
 
 def main(argv=None):
     cfg = parse_args(sys.argv[1:] if argv is None else argv, os.environ)
-    pw.main(lambda proto: Worker(proto, lambda: DiffusersBackend(cfg)))
+    pw.main(lambda proto: Worker(proto, lambda: DiffusersBackend(cfg)), cfg.layout, cfg.device != "cpu")
 
 
 if __name__ == "__main__":

@@ -324,6 +324,13 @@ class ConfigTest(unittest.TestCase):
         self.assertEqual((c.bundle, c.device, c.offload), ("/explicit", "cpu", "none"))
         self.assertIsNone(adapter.parse_args([], {}).bundle)
 
+    def test_layout(self):
+        c = adapter.parse_args(["--layout", "ulysses-4"], {"MEDIAQUAL_RANK": "3"})
+        self.assertEqual((c.layout, c.device), ("ulysses-4", "cuda:3"))
+        self.assertIsNone(adapter.parse_args([], {}).layout)
+        with self.assertRaises(SystemExit):  # guidance-distilled: no branches to split
+            adapter.parse_args(["--layout", "cfg-2"], {})
+
     def test_missing_bundle_fails_before_importing_torch(self):
         with self.assertRaises(RuntimeError) as cm:
             adapter.DiffusersBackend(adapter.Config(os.path.join(tempfile.gettempdir(), "no-such-bundle")))

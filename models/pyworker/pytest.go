@@ -36,9 +36,12 @@ func pyEnv() []string { return append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
 // pyworker's own test_worker) and fails unless it passes. A skipped Python test is never a
 // pass: one skipped for missing modules (testing.needs) is reported by name as a skipped Go
 // subtest, "not run", after checking the modules really are missing; any other skip fails.
-func UnitTests(t *testing.T, module string) {
-	out := runUnitTests(t, ".", module)
-	notRun, problems := judgeSkips(out, importable(Python(t)))
+func UnitTests(t *testing.T, module string) { UnitTestsWith(t, Python(t), module) }
+
+// UnitTestsWith is UnitTests under another python (a virtualenv's).
+func UnitTestsWith(t *testing.T, python, module string) {
+	out := runUnitTests(t, python, ".", module)
+	notRun, problems := judgeSkips(out, importable(python))
 	for _, p := range problems {
 		t.Error(p)
 	}
@@ -47,8 +50,8 @@ func UnitTests(t *testing.T, module string) {
 	}
 }
 
-func runUnitTests(t *testing.T, dir, module string) string {
-	cmd := exec.Command(Python(t), "-m", "unittest", "-v", module)
+func runUnitTests(t *testing.T, python, dir, module string) string {
+	cmd := exec.Command(python, "-m", "unittest", "-v", module)
 	cmd.Dir = dir
 	cmd.Env = pyEnv()
 	out, err := cmd.CombinedOutput()

@@ -9,6 +9,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # models/
 
 from pyworker import l0  # noqa: E402
+from pyworker import ranks  # noqa: E402
 from pyworker import testing  # noqa: E402
 from pyworker import worker as pw  # noqa: E402
 
@@ -128,3 +129,29 @@ class PhasesTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class LayoutTest(unittest.TestCase):
+    def test_layouts_parse_as_spec_layout_does(self):
+        for layout, want in ((None, ("single", 1)), ("single", ("single", 1)), ("cfg-2", ("cfg", 2)),
+                             ("ulysses-2", ("ulysses", 2)), ("ulysses-8", ("ulysses", 8))):
+            self.assertEqual(ranks.parse_layout(layout), want, layout)
+        for bad in ("", "cfg-4", "cfg-1", "ulysses-1", "ulysses-", "ring-2", "ulysses-2x", "ulysses-\u0662", "2"):
+            with self.assertRaises(ValueError, msg=bad) as cm:
+                ranks.parse_layout(bad)
+            self.assertIn(repr(bad), str(cm.exception))
+
+    def test_each_rank_takes_its_own_gpu(self):
+        self.assertEqual(ranks.rank_device("cuda:0", "cfg-2", {ranks.RANK_ENV: "1"}), "cuda:1")
+        self.assertEqual(ranks.rank_device("cuda:0", "ulysses-4", {}), "cuda:0")
+        self.assertEqual(ranks.rank_device("cuda:0", "single", {ranks.RANK_ENV: "1"}), "cuda:0")
+        self.assertEqual(ranks.rank_device("cpu", "cfg-2", {ranks.RANK_ENV: "1"}), "cpu")
+        with self.assertRaises(ValueError):
+            ranks.rank_device("cuda:0", "cfg-2", {ranks.RANK_ENV: "one"})
+
+    def test_a_bad_layout_flag_is_an_argparse_error(self):
+        import argparse
+
+        self.assertEqual(pw.layout_arg("cfg-2"), "cfg-2")
+        with self.assertRaises(argparse.ArgumentTypeError):
+            pw.layout_arg("cfg-3")

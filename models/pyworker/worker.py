@@ -30,13 +30,17 @@ import sys
 import threading
 import time
 
-from . import l0
+from . import l0, ranks
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 def logger(name):
     """A log function writing 'name: msg' lines to stderr (the server copies stderr to its log)."""
+
+    rank = os.environ.get(ranks.RANK_ENV)
+    if rank:
+        name = "%s[rank %s]" % (name, rank)
 
     def log(msg):
         sys.stderr.write("%s: %s\n" % (name, msg))
@@ -286,9 +290,9 @@ class PipelineFamily:
             raise Cancelled(c.step, "cancelled at step %d of %d" % (c.step, total))
         phases = phases_ms(marks, t0, t1) if marks else {}
         actual = self.actual_for(settings, video_shape(video), done[0])
-        engine = getattr(b, "engine", None)
-        if engine:
-            actual["engine"] = engine
+        for key in ("engine", "layout"):
+            if getattr(b, key, None):
+                actual[key] = getattr(b, key)
         return Output(video, actual, wall_ms, peak, phases)
 
 
@@ -353,6 +357,18 @@ class TorchBackend:
             pipe.transformer.compile_repeated_blocks(fullgraph=True)
         self.engine = engine
 
+    layout = None  # set by apply_layout, for families that offer a choice
+    cfg_parallel = None  # parallel.CFGParallel under cfg-2
+
+    def apply_layout(self, pipe, layout):
+        """Spreads pipe's transformer over this Task's ranks as layout says (parallel.py); the
+        group was started by main(). Bytes may differ between layouts, so native path and
+        server must use the same one."""
+        from . import parallel
+
+        self.cfg_parallel = parallel.apply(pipe, layout, ranks.rank_from_env(), self.torch)
+        self.layout = layout
+
     def setup(self, device, needs=()):
         """Check the Python stack (plus the family's own needs: (module, why) pairs) and import
         torch; returns the torch module."""
@@ -399,8 +415,9 @@ class TorchBackend:
 
     def ready_info(self):
         info = {"weights": "L0-random" if self.l0_random else "bundle"}
-        if self.engine:
-            info["engine"] = self.engine
+        for key in ("engine", "layout"):
+            if getattr(self, key):
+                info[key] = getattr(self, key)
         return info
 
     def generator(self, seed):
@@ -477,6 +494,7 @@ class Worker:
         self.out = out
         self.family = family
         self.log = log
+        self.group = None  # ranks.Group when the Task spans several GPUs (rank 0)
         self.out_lock = threading.Lock()
         self.state = threading.Lock()
         self.jobs = queue.Queue()
@@ -549,35 +567,58 @@ class Worker:
     # ---- main loop
 
     def serve(self, inp):
+        g = self.group
+        err = None
         try:
             self.family.load()
         except Exception as e:
-            self.log("load failed: %s: %s" % (type(e).__name__, e))
-            self.emit({"event": "fatal", "message": "%s: %s" % (type(e).__name__, e)})
+            err = "%s: %s" % (type(e).__name__, e)
+            self.log("load failed: %s" % err)
+        if g is not None:
+            errs = g.gather(err)
+            err = next(("rank %d: %s" % (r, e) for r, e in enumerate(errs) if e), None)
+        if err:
+            self.emit({"event": "fatal", "message": err})
             return 1
         ready = {"event": "ready", "precision": self.family.precision, "pid": os.getpid()}
         info = getattr(self.family, "ready_info", None)
         if info:
             ready.update(info())
+        if g is not None:
+            ready["ranks"] = g.world
         self.emit(ready)
         t = threading.Thread(target=self.read, args=(inp,), name="stdin", daemon=True)
         t.start()
         while True:
             msg = self.jobs.get()
             if msg is None:
+                if g is not None:
+                    g.share(None)  # tells the other ranks to stop
+                    g.close()
                 return 0
             job_id = msg["id"]
             with self.state:
                 self.queued.discard(job_id)
                 self.current = job_id
             try:
-                self.run(job_id, msg)
+                ok = self.run(job_id, msg)
             finally:
                 with self.state:
                     self.current = None
                     self.cancelled.discard(job_id)
+            if not ok and g is not None:
+                # A collective may be half-done on some rank: the group cannot go on.
+                self.log("ending the group after job %s failed mid-call; the server restarts it" % job_id)
+                return 1
+
+    def is_cancelled_everywhere(self, job_id):
+        """cancelled() for a job: on several ranks, rank 0's answer shared with all of them."""
+        flag = self.is_cancelled(job_id)
+        return flag if self.group is None else self.group.agree(flag)
 
     def run(self, job_id, msg):
+        """One job, ending in a result or error event. False when it failed in a way that may
+        have left the pipeline (or, on several ranks, a collective) in an unknown state."""
         f = self.family
         output = msg.get("output")
         reference = msg.get("reference")
@@ -590,7 +631,9 @@ class Worker:
                 raise JobError("invalid_request", "run has no output path")
             if reference is not None and (not isinstance(reference, str) or not reference):
                 raise JobError("invalid_request", "run's reference is not a path")
-            out = f.run(msg.get("settings"), reference, progress, lambda: self.is_cancelled(job_id))
+            if self.group is not None:
+                self.group.share(msg)  # the other ranks run it beside this one
+            out = f.run(msg.get("settings"), reference, progress, lambda: self.is_cancelled_everywhere(job_id))
             frames, height, width, _ = video_shape(out.video)
             data = rgb24(out.video)
             n = write_frames(output, data)
@@ -598,19 +641,20 @@ class Worker:
                 raise JobError("bad_pipeline_output", "wrote %d bytes, expected %d" % (n, frames * height * width * 3))
         except Cancelled as c:
             self.error(job_id, "cancelled", str(c))
-            return
+            return True
         except JobError as e:
             self.error(job_id, e.code, e.message, e.param)
-            return
+            return True
         except Exception as e:
             is_oom = getattr(f, "is_oom", None)
             if is_oom and is_oom(e):
-                f.recover()
+                if self.group is None:
+                    f.recover()
                 self.error(job_id, "out_of_memory", str(e)[:2000])
             else:
                 self.log("job %s failed: %s: %s" % (job_id, type(e).__name__, e))
                 self.error(job_id, "pipeline_error", "%s: %s" % (type(e).__name__, str(e)[:2000]))
-            return
+            return False
         self.emit({
             "event": "result",
             "id": job_id,
@@ -622,10 +666,25 @@ class Worker:
             "phases_ms": out.phases_ms,
             "peak_memory_mb": round(out.peak_memory_mb, 1),
         })
+        return True
 
 
 # --------------------------------------------------------------------------------------------
 # Entry point helpers
+
+
+def layout_arg(value):
+    """argparse type of --layout: a valid layout string (ranks.parse_layout)."""
+    import argparse
+
+    try:
+        ranks.parse_layout(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e))
+    return value
+
+
+rank_device = ranks.rank_device
 
 
 def resolve_bundle(args, env):
@@ -639,15 +698,30 @@ def resolve_bundle(args, env):
     return None
 
 
-def main(make_worker):
-    """Serve stdin with make_worker(protocol_out) and exit with its status.
+def main(make_worker, layout=None, cuda=True):
+    """Serve stdin with make_worker(protocol_out) and exit with its status. A layout of
+    several ranks (ranks.py) starts or joins the group first (NCCL between GPUs when cuda,
+    else gloo); ranks other than 0 follow rank 0 instead of serving.
 
     stdout is the protocol: keep a private handle on it and point fd 1 (and sys.stdout) at
     stderr, so that a stray print or a C library writing to fd 1 cannot corrupt it."""
     proto = os.fdopen(os.dup(1), "w", encoding="utf-8", newline="\n")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    rc = make_worker(proto).serve(sys.stdin.buffer)
+    _, world = ranks.parse_layout(layout)
+    worker = make_worker(proto)
+    if world == 1:
+        rc = worker.serve(sys.stdin.buffer)
+    else:
+        group = ranks.Group(ranks.rank_from_env(), world, worker.log)
+        if group.rank == 0:
+            group.spawn()
+        group.join(cuda)
+        if group.rank == 0:
+            worker.group = group
+            rc = worker.serve(sys.stdin.buffer)
+        else:
+            rc = ranks.follow(worker.family, group, worker.log)
     try:
         proto.flush()
     except OSError:

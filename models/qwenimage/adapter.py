@@ -12,6 +12,8 @@ Configuration (argv wins over the environment):
                         $MEDIAQUAL_BUNDLES/<--bundle-name>
   --bundle-name NAME    the row's bundle, e.g. Qwen/Qwen-Image-Edit-2511
   --device DEV          default $MEDIAQUAL_QWENIMAGE_DEVICE or cuda:0
+  --layout L            single (default), cfg-2 or ulysses-N: the Task on N GPUs of
+                        CUDA_VISIBLE_DEVICES as N ranks (models/pyworker/ranks.py)
 
 Settings map to QwenImageEditPlusPipeline.__call__: image=[reference], prompt, negative_prompt
 (omitted -> the pinned " ", which keeps true CFG on), true_cfg_scale=guidance, guidance_scale=1.0,
@@ -141,9 +143,10 @@ class Worker(pw.Worker):
 
 
 class Config:
-    def __init__(self, bundle, device="cuda:0"):
+    def __init__(self, bundle, device="cuda:0", layout=None):
         self.bundle = bundle
         self.device = device
+        self.layout = layout
 
 
 class DiffusersBackend(pw.TorchBackend):
@@ -176,6 +179,8 @@ class DiffusersBackend(pw.TorchBackend):
             raise RuntimeError("the pipeline's size multiple is %d, the adapter assumes %s" % (multiple, self.size_multiple))
         self.pipe = pipe
         self.instrument(pipe)
+        if cfg.layout:
+            self.apply_layout(pipe, cfg.layout)
         log("loaded in %.1f s%s" % (time.perf_counter() - t0, self.note_weights(bundle)))
 
     def open_reference(self, path):
@@ -187,6 +192,10 @@ class DiffusersBackend(pw.TorchBackend):
     def call(self, kwargs):
         """The native generation call; returns the image as (1, H, W, 3) uint8, made on the
         device."""
+        if self.cfg_parallel:
+            # QwenImageEditPlusPipeline runs true CFG when true_cfg_scale > 1 and there is a
+            # negative prompt (pipeline_kwargs always passes one).
+            self.cfg_parallel.active = kwargs["true_cfg_scale"] > 1 and kwargs.get("negative_prompt") is not None
         with self.torch.inference_mode():
             out = self.pipe(**kwargs)
             return self.to_rgb24(out.images[:1])  # output_type="pt": (num_images, 3, H, W)
@@ -201,13 +210,14 @@ def parse_args(argv, env):
     p.add_argument("--bundle", help="diffusers snapshot directory (else $MEDIAQUAL_BUNDLE)")
     p.add_argument("--bundle-name", help="bundle under $MEDIAQUAL_BUNDLES, e.g. Qwen/Qwen-Image-Edit-2511")
     p.add_argument("--device", default=env.get("MEDIAQUAL_QWENIMAGE_DEVICE", "cuda:0"))
+    p.add_argument("--layout", type=pw.layout_arg, help="single, cfg-2 or ulysses-N (default: one GPU, not reported)")
     args = p.parse_args(argv)
-    return Config(pw.resolve_bundle(args, env), args.device)
+    return Config(pw.resolve_bundle(args, env), pw.rank_device(args.device, args.layout, env), args.layout)
 
 
 def main(argv=None):
     cfg = parse_args(sys.argv[1:] if argv is None else argv, os.environ)
-    pw.main(lambda proto: Worker(proto, lambda: DiffusersBackend(cfg)))
+    pw.main(lambda proto: Worker(proto, lambda: DiffusersBackend(cfg)), cfg.layout, cfg.device != "cpu")
 
 
 if __name__ == "__main__":

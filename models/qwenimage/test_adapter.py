@@ -315,6 +315,10 @@ class ConfigTest(unittest.TestCase):
         c = adapter.parse_args(["--bundle", "/explicit", "--device", "cpu"], env)
         self.assertEqual((c.bundle, c.device), ("/explicit", "cpu"))
         self.assertIsNone(adapter.parse_args([], {}).bundle)
+        c = adapter.parse_args(["--layout", "cfg-2"], {"MEDIAQUAL_RANK": "1"})
+        self.assertEqual((c.layout, c.device), ("cfg-2", "cuda:1"))
+        with self.assertRaises(SystemExit):
+            adapter.parse_args(["--layout", "ring-2"], {})
 
     def test_missing_bundle_fails_before_importing_torch(self):
         with self.assertRaises(RuntimeError) as cm:

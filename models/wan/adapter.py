@@ -22,6 +22,8 @@ Configuration (argv wins over the environment):
                         specialised for it (default: the smallest legal shape)
   --engine E            eager (default) or regional-compile: torch.compile of the transformer's
                         repeated block (diffusers' compile_repeated_blocks), done before "ready"
+  --layout L            single (default), cfg-2 or ulysses-N: the Task on N GPUs of
+                        CUDA_VISIBLE_DEVICES as N ranks (models/pyworker/ranks.py)
 Precision is pinned: transformer and text encoder bf16, VAE fp32.
 
 Settings map to WanPipeline.__call__ exactly; nothing is clamped or rounded: a num_frames that is
@@ -122,7 +124,8 @@ def actual_for(settings, frames, width, height, steps_done):
 
 
 class Config:
-    def __init__(self, bundle, flow_shift, device="cuda:0", warmup_steps=0, engine="eager", warmup_size=None, warmup_frames=None):
+    def __init__(self, bundle, flow_shift, device="cuda:0", warmup_steps=0, engine="eager", warmup_size=None, warmup_frames=None,
+                 layout=None):
         self.bundle = bundle
         self.flow_shift = float(flow_shift)
         self.device = device
@@ -130,6 +133,7 @@ class Config:
         self.engine = engine
         self.warmup_size = warmup_size
         self.warmup_frames = warmup_frames
+        self.layout = layout
 
 
 class DiffusersBackend(pw.TorchBackend):
@@ -173,6 +177,8 @@ class DiffusersBackend(pw.TorchBackend):
         log("loaded in %.1f s: size multiple %s, frames %dk+1%s" % (
             time.perf_counter() - t0, self.size_multiple, self.frame_step, self.note_weights(bundle)))
         self.instrument(pipe)
+        if cfg.layout:
+            self.apply_layout(pipe, cfg.layout)
         self.apply_engine(pipe, cfg.engine)
         steps = max(cfg.warmup_steps, 2 if cfg.engine != "eager" else 0)
         if steps > 0:
@@ -184,9 +190,9 @@ class DiffusersBackend(pw.TorchBackend):
         frames = self.cfg.warmup_frames or self.frame_step + 1
         t0 = time.perf_counter()
         with self.torch.inference_mode():
-            self.pipe(prompt="warmup", height=height, width=width, num_frames=frames,
-                      num_inference_steps=steps, guidance_scale=5.0, output_type="pt",
-                      generator=self.generator(0))
+            self.run_pipe(prompt="warmup", height=height, width=width, num_frames=frames,
+                          num_inference_steps=steps, guidance_scale=5.0, output_type="pt",
+                          generator=self.generator(0))
         self.synchronize()
         log("warm-up (%d steps at %dx%dx%d, engine %s) took %.1f s" % (
             steps, width, height, frames, self.engine, time.perf_counter() - t0))
@@ -194,8 +200,14 @@ class DiffusersBackend(pw.TorchBackend):
     def call(self, kwargs):
         """The native generation call; returns frames (F, H, W, 3) uint8, made on the device."""
         with self.torch.inference_mode():
-            out = self.pipe(**kwargs)
+            out = self.run_pipe(**kwargs)
             return self.to_rgb24(out.frames[0])
+
+    def run_pipe(self, **kwargs):
+        if self.cfg_parallel:
+            # WanPipeline runs the uncond branch exactly when guidance_scale > 1.
+            self.cfg_parallel.active = kwargs["guidance_scale"] > 1.0
+        return self.pipe(**kwargs)
 
 
 # --------------------------------------------------------------------------------------------
@@ -238,14 +250,15 @@ def parse_args(argv, env):
     p.add_argument("--warmup-size", help="the warm-up's WxH (the row's pinned size)")
     p.add_argument("--warmup-frames", type=int, help="the warm-up's num_frames (the row's pinned count)")
     p.add_argument("--engine", choices=pw.ENGINES, default="eager")
+    p.add_argument("--layout", type=pw.layout_arg, help="single, cfg-2 or ulysses-N (default: one GPU, not reported)")
     args = p.parse_args(argv)
-    return Config(pw.resolve_bundle(args, env), args.flow_shift, args.device, args.warmup_steps,
-                  args.engine, args.warmup_size, args.warmup_frames)
+    return Config(pw.resolve_bundle(args, env), args.flow_shift, pw.rank_device(args.device, args.layout, env),
+                  args.warmup_steps, args.engine, args.warmup_size, args.warmup_frames, args.layout)
 
 
 def main(argv=None):
     cfg = parse_args(sys.argv[1:] if argv is None else argv, os.environ)
-    pw.main(lambda proto: Worker(proto, lambda: DiffusersBackend(cfg)))
+    pw.main(lambda proto: Worker(proto, lambda: DiffusersBackend(cfg)), cfg.layout, cfg.device != "cpu")
 
 
 if __name__ == "__main__":

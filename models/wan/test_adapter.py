@@ -263,6 +263,10 @@ class ConfigTest(unittest.TestCase):
         c = adapter.parse_args(["--flow-shift", "3", "--bundle", "/explicit", "--device", "cpu"], dict(env, MEDIAQUAL_BUNDLE="/b/one"))
         self.assertEqual((c.bundle, c.device), ("/explicit", "cpu"))
         self.assertIsNone(adapter.parse_args(["--flow-shift", "3"], {}).bundle)
+        c = adapter.parse_args(["--flow-shift", "3", "--layout", "cfg-2"], {"MEDIAQUAL_RANK": "1"})
+        self.assertEqual((c.layout, c.device), ("cfg-2", "cuda:1"))
+        with self.assertRaises(SystemExit):
+            adapter.parse_args(["--flow-shift", "3", "--layout", "cfg-3"], {})
 
     def test_missing_bundle_fails_before_importing_torch(self):
         with self.assertRaises(RuntimeError) as cm:

@@ -1,0 +1,215 @@
+"""Tests of one worker on several ranks (ranks.py, parallel.py) on the CPU with gloo. They need
+torch (and diffusers for the tiny-pipeline tests): models/pyworker/ranks_test.go runs them with
+the torch virtualenv `make torch` builds, under `go test ./...`."""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # models/
+
+from pyworker import testing  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKER = os.path.join(HERE, "testdata", "ranked_worker.py")
+SETTINGS = {"prompt": "a fox", "size": "4x2", "num_frames": 2, "fps": 8, "num_inference_steps": 3,
+            "guidance": 1.0, "seed": 1}
+
+
+class Ranked:
+    """The fake ranked worker as the server runs it: protocol on stdin/stdout, stderr kept."""
+
+    def __init__(self, layout="ulysses-2", env=None):
+        self.dir = tempfile.TemporaryDirectory()
+        self.err = open(os.path.join(self.dir.name, "stderr"), "w+")
+        self.p = subprocess.Popen([sys.executable, WORKER, "--layout", layout], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=self.err, text=True,
+                                  env=dict(os.environ, **(env or {})), start_new_session=True)
+        self.n = 0
+
+    def event(self):
+        line = self.p.stdout.readline()
+        return json.loads(line) if line else None
+
+    def send(self, obj):
+        self.p.stdin.write(json.dumps(obj) + "\n")
+        self.p.stdin.flush()
+
+    def run(self, **settings):
+        self.n += 1
+        job = "job-%d" % self.n
+        out = os.path.join(self.dir.name, job + ".rgb")
+        open(out, "wb").close()
+        self.send({"op": "run", "id": job, "settings": dict(SETTINGS, **settings), "output": out})
+        return job, out
+
+    def end(self, timeout=30):
+        """The final event (skipping progress) of the running job."""
+        while True:
+            ev = self.event()
+            if ev is None or ev["event"] != "progress":
+                return ev
+
+    def wait(self, timeout=30):
+        rc = self.p.wait(timeout=timeout)
+        self.err.seek(0)
+        return rc, self.err.read()
+
+    def stderr(self):
+        self.err.flush()
+        with open(self.err.name) as f:
+            return f.read()
+
+    def close(self):
+        if self.p.poll() is None:
+            os.killpg(self.p.pid, 9)
+            self.p.wait()
+        for f in (self.p.stdin, self.p.stdout, self.err):
+            try:
+                f.close()
+            except OSError:
+                pass  # stdin may be closed already, its last write unflushed
+        self.dir.cleanup()
+
+
+def child_pid(stderr):
+    for line in stderr.splitlines():
+        if "started rank 1 of 2 (pid " in line:
+            return int(line.rsplit("pid ", 1)[1].rstrip(")"))
+    raise AssertionError("no rank 1 started in:\n" + stderr)
+
+
+def gone(pid, timeout=10):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@testing.needs("torch", "numpy")
+class GroupProtocolTest(unittest.TestCase):
+    def setUp(self):
+        self.w = Ranked()
+        self.addCleanup(self.w.close)
+
+    def ready(self):
+        ev = self.w.event()
+        self.assertEqual(ev["event"], "ready", ev)
+        self.assertEqual((ev["ranks"], ev["layout"]), (2, "ulysses-2"))
+        return ev
+
+    def test_a_job_needs_both_ranks_and_eof_ends_both(self):
+        self.ready()
+        job, out = self.w.run()
+        ev = self.w.end()
+        self.assertEqual((ev["event"], ev["id"], ev["frames"]), ("result", job, 2), ev)
+        self.assertEqual(ev["actual"]["layout"], "ulysses-2")
+        # Every step is an all_reduce of rank+1: (1 + 2) * 3 steps.
+        with open(out, "rb") as f:
+            self.assertEqual(f.read(), bytes([9]) * (2 * 2 * 4 * 3))
+        self.w.p.stdin.close()
+        rc, err = self.w.wait()
+        self.assertEqual(rc, 0, err)
+        self.assertIn("[rank 1]: rank 1 finished a job", err)
+        self.assertTrue(gone(child_pid(err)), "rank 1 outlived rank 0")
+
+    def test_cancel_stops_every_rank_at_the_same_step(self):
+        self.ready()
+        job, _ = self.w.run(prompt="slow", num_inference_steps=50)
+        self.assertEqual(self.w.event()["event"], "progress")
+        self.w.send({"op": "cancel", "id": job})
+        ev = self.w.end()
+        self.assertEqual((ev["event"], ev["code"]), ("error", "cancelled"), ev)
+        step = int(ev["message"].split("step ")[1].split()[0])
+        self.assertLess(step, 50)
+        # The group still serves, and both ranks had stopped at that step.
+        job, _ = self.w.run()
+        self.assertEqual(self.w.end()["event"], "result")
+        err = self.w.stderr()
+        self.assertIn("ranked-worker: rank 0 stopped at step %d\n" % step, err)
+        self.assertIn("[rank 1]: rank 1 stopped at step %d\n" % step, err)
+
+    def test_a_dead_rank_ends_the_group_and_is_named(self):
+        self.ready()
+        self.w.run(prompt="crash rank 1")
+        self.assertIsNone(self.w.end(), "no result or error: the process ended")
+        rc, err = self.w.wait()
+        self.assertEqual(rc, 1, err)
+        self.assertIn("rank 1 (pid %d) exited with status 7: ending the group" % child_pid(err), err)
+
+    def test_a_failure_on_rank_0_is_reported_then_ends_the_group(self):
+        self.ready()
+        job, _ = self.w.run(prompt="raise rank 0")
+        ev = self.w.end()
+        self.assertEqual((ev["event"], ev["code"]), ("error", "pipeline_error"), ev)
+        self.assertIn("pipeline broke on rank 0", ev["message"])
+        rc, err = self.w.wait()
+        self.assertEqual(rc, 1, err)
+        self.assertTrue(gone(child_pid(err)), "rank 1 outlived rank 0")
+
+    def test_a_failure_on_rank_1_ends_the_group(self):
+        self.ready()
+        self.w.run(prompt="raise rank 1")
+        self.assertIsNone(self.w.end())
+        rc, err = self.w.wait()
+        self.assertEqual(rc, 1, err)
+        self.assertIn("failed on rank 1: RuntimeError: pipeline broke on rank 1", err)
+
+    def test_a_bad_run_is_refused_on_rank_0_alone(self):
+        # Refused before it is shared: rank 1 never sees it, and the group serves on.
+        self.ready()
+        self.w.send({"op": "run", "id": "bad", "settings": SETTINGS})
+        ev = self.w.end()
+        self.assertEqual((ev["event"], ev["id"], ev["code"]), ("error", "bad", "invalid_request"), ev)
+        self.w.run()
+        self.assertEqual(self.w.end()["event"], "result")
+
+
+@testing.needs("torch", "numpy")
+class GroupLoadTest(unittest.TestCase):
+    def test_a_load_failure_on_rank_1_is_fatal_and_named(self):
+        w = Ranked(env={"RANKED_FAIL_LOAD_RANK": "1"})
+        self.addCleanup(w.close)
+        ev = w.event()
+        self.assertEqual(ev["event"], "fatal", ev)
+        self.assertEqual(ev["message"], "rank 1: RuntimeError: no weights on rank 1")
+        rc, err = w.wait()
+        self.assertEqual(rc, 1, err)
+
+
+@testing.needs("torch", "diffusers", "transformers")
+class TinyPipelineTest(unittest.TestCase):
+    """A real tiny WanPipeline on 2 ranks against itself alone (testdata/tiny_wan_parallel.py)."""
+
+    def parallel(self, *args):
+        out = subprocess.run([sys.executable, os.path.join(HERE, "testdata", "tiny_wan_parallel.py"), *args],
+                             capture_output=True, text=True, timeout=300)
+        self.assertEqual(out.returncode, 0, out.stderr[-4000:])
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    def test_cfg_2_gives_the_same_bytes_with_half_the_calls(self):
+        r = self.parallel("cfg-2")
+        self.assertTrue(r["equal"], r)
+        self.assertEqual(r["calls"], [r["steps"], r["steps"]], "each rank runs one branch a step")
+
+    def test_cfg_2_without_its_exchange_differs(self):
+        r = self.parallel("cfg-2", "--break-exchange")
+        self.assertFalse(r["equal"], r)
+        self.assertGreater(r["max_diff"], 0)
+
+    def test_ulysses_2_gives_the_same_bytes(self):
+        r = self.parallel("ulysses-2")
+        self.assertTrue(r["equal"], r)
+        self.assertEqual(r["calls"], [2 * r["steps"]] * 2, "both branches on both ranks, half the sequence each")
+
+
+if __name__ == "__main__":
+    unittest.main()
