@@ -2,13 +2,14 @@
 # One gpu-tagged qualification on the device, from the kit `make gpu-kit` builds:
 #   bash scripts/gpu-runs/qualify.sh ROW [wan|wan22|qwen]
 # ROW is the -run pattern (Wan2.1, Qwen, ...), the second argument the L0 builder to use.
-# Environment: MEDIAQUAL_ENGINE, MEDIAQUAL_CONCURRENCY (passed to the suite), LIMIT (seconds,
-# default 480). What it writes goes to $OUT (the device tool's output folder).
+# Environment: MEDIAQUAL_ENGINE, MEDIAQUAL_CONCURRENCY, MEDIAQUAL_GPUS (default 0) and
+# MEDIAQUAL_LAYOUT (e.g. MEDIAQUAL_GPUS=0,1 MEDIAQUAL_LAYOUT=cfg-2 on nvidia-h200-x2) are passed to
+# the suite; LIMIT (seconds, default 480). What it writes goes to $OUT (the device tool's output folder).
 row=$1 builder=$2
 source .gpu/setup.sh || exit 1
 set -x
-tag=$row-${MEDIAQUAL_ENGINE:-row-engine}-c${MEDIAQUAL_CONCURRENCY:-1}
-export MEDIAQUAL_BUNDLES=/tmp/bundles MEDIAQUAL_GPUS=0 MEDIAQUAL_REPORT_DIR=/tmp/rep-$tag
+tag=$row-${MEDIAQUAL_ENGINE:-row-engine}-${MEDIAQUAL_LAYOUT:-row-layout}-c${MEDIAQUAL_CONCURRENCY:-1}
+export MEDIAQUAL_BUNDLES=/tmp/bundles MEDIAQUAL_GPUS=${MEDIAQUAL_GPUS:-0} MEDIAQUAL_REPORT_DIR=/tmp/rep-$tag
 # The device's 64 GB disk holds one big bundle at a time (Qwen's is 57.7 GB).
 case $builder in qwen) rm -rf /tmp/bundles/Wan-AI ;; *) rm -rf /tmp/bundles/Qwen ;; esac
 case $builder in
