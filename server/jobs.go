@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"mediaqual/models/spec"
+	"mediaqual/server/encode"
 )
 
 // lane serves one model from a bounded queue: each of its Tasks (one per lane index, on devices
@@ -154,8 +155,18 @@ func (s *Server) execute(l *lane, i int, j *job) {
 		j.progress = min(99, done*100/total) // 100 only once the artifact exists
 		s.mu.Unlock()
 	}
+	// The clip's encoder starts with the Task, so its start-up is not in the job's latency.
+	// Failing to start here is not an error yet: encode starts it again and reports that.
+	var mp4 *encode.MP4Encoder
+	if j.kind == spec.TextToVideo {
+		mp4, _ = encode.StartMP4(j.ctx, j.path, req.Size.W, req.Size.H, s.fault.fps(req.FPS))
+	}
 	g, err := generate(j.ctx, l.tasks[i], l.model.Checkpoint, j.kind, req, s.fault)
+	g.mp4 = mp4
 	if err != nil {
+		if mp4 != nil {
+			mp4.Abort()
+		}
 		if j.ctx.Err() != nil {
 			err = context.Cause(j.ctx)
 		}

@@ -40,7 +40,8 @@ type generated struct {
 	capability spec.Capability
 	req        spec.Request
 	video      spec.Video
-	p          Product // what is known before encoding
+	p          Product            // what is known before encoding
+	mp4        *encode.MP4Encoder // started beside the Task (a lane's video jobs); nil: start it now
 }
 
 // generate runs the Task and checks its output (f: an optional fault; never on the native path).
@@ -76,9 +77,15 @@ func (g generated) encode(ctx context.Context, path string, f *fault) (Product, 
 	start := time.Now()
 	v := f.frames(g.video, g.req)
 	var err error
-	if g.capability == spec.TextToVideo {
+	switch {
+	case g.mp4 != nil && g.mp4.Fits(v):
+		err = g.mp4.Encode(v)
+	case g.capability == spec.TextToVideo:
+		if g.mp4 != nil {
+			g.mp4.Abort() // a fault changed the frames' size
+		}
 		err = encode.MP4(ctx, path, v, f.fps(g.req.FPS))
-	} else {
+	default:
 		err = writePNG(path, v)
 	}
 	if err == nil {

@@ -7,6 +7,7 @@ package encode
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"compress/zlib"
 	"context"
 	"crypto/sha256"
@@ -55,23 +56,71 @@ func MP4(ctx context.Context, path string, v spec.Video, fps int) error {
 	if err := v.Check(); err != nil {
 		return fmt.Errorf("encode: %w", err)
 	}
-	if fps <= 0 {
-		return fmt.Errorf("encode: fps %d must be positive", fps)
+	e, err := StartMP4(ctx, path, v.W, v.H, fps)
+	if err != nil {
+		return err
 	}
-	if v.W%2 != 0 || v.H%2 != 0 {
-		return fmt.Errorf("encode: %dx%d is not even in both dimensions (yuv420p needs it)", v.W, v.H)
-	}
-	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
-	defer os.Remove(tmp)
+	return e.Encode(v)
+}
 
-	cmd := exec.CommandContext(ctx, "ffmpeg", MP4Args(v.W, v.H, fps, tmp)...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	cmd.Stdin = bytes.NewReader(v.Pix) // exec copies it to the pipe: one write, no per-frame loop
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("encode: ffmpeg: %v: %s", err, bytes.TrimSpace(stderr.Bytes()))
+// MP4Encoder is an ffmpeg started before its frames exist: a lane starts it when a job's Task
+// starts, so the process start and library loading (tens of milliseconds) overlap the Task
+// instead of following it (docs/PERFORMANCE.md, "Encode"). Its output is MP4's, byte for byte.
+// Every MP4Encoder ends with exactly one Encode or Abort.
+type MP4Encoder struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	stderr bytes.Buffer
+	tmp    string
+	path   string
+	w, h   int
+}
+
+// StartMP4 starts the encoder of a w×h clip at fps, to be written to path. ctx ending kills it.
+func StartMP4(ctx context.Context, path string, w, h, fps int) (*MP4Encoder, error) {
+	if fps <= 0 {
+		return nil, fmt.Errorf("encode: fps %d must be positive", fps)
 	}
-	return os.Rename(tmp, path)
+	if w <= 0 || h <= 0 || w%2 != 0 || h%2 != 0 {
+		return nil, fmt.Errorf("encode: %dx%d is not even in both dimensions (yuv420p needs it)", w, h)
+	}
+	e := &MP4Encoder{path: path, w: w, h: h, tmp: filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")}
+	e.cmd = exec.CommandContext(ctx, "ffmpeg", MP4Args(w, h, fps, e.tmp)...)
+	e.cmd.Stderr = &e.stderr
+	var err error
+	if e.stdin, err = e.cmd.StdinPipe(); err != nil {
+		return nil, fmt.Errorf("encode: %w", err)
+	}
+	if err := e.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("encode: ffmpeg: %w", err)
+	}
+	return e, nil
+}
+
+// Fits says whether v is the clip the encoder was started for.
+func (e *MP4Encoder) Fits(v spec.Video) bool { return v.W == e.w && v.H == e.h && v.Check() == nil }
+
+// Encode feeds v to the encoder, waits for it and renames the file into place.
+func (e *MP4Encoder) Encode(v spec.Video) error {
+	defer os.Remove(e.tmp)
+	if !e.Fits(v) {
+		e.Abort()
+		return fmt.Errorf("encode: the encoder was started for %dx%d, got %dx%dx%d frames", e.w, e.h, v.W, v.H, v.N)
+	}
+	_, werr := e.stdin.Write(v.Pix) // one write, no per-frame loop
+	e.stdin.Close()
+	if err := e.cmd.Wait(); err != nil || werr != nil {
+		return fmt.Errorf("encode: ffmpeg: %v: %s", cmp.Or(err, werr), bytes.TrimSpace(e.stderr.Bytes()))
+	}
+	return os.Rename(e.tmp, e.path)
+}
+
+// Abort stops an encoder whose frames will not come and removes what it wrote.
+func (e *MP4Encoder) Abort() {
+	e.stdin.Close()
+	_ = e.cmd.Process.Kill()
+	_ = e.cmd.Wait()
+	os.Remove(e.tmp)
 }
 
 // PNGLevel is the zlib level of every PNG. BestSpeed with the Up filter encoded a tiled

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -79,6 +80,52 @@ func TestMP4RejectsBadInput(t *testing.T) {
 	assert.ErrorContains(t, encode.MP4(context.Background(), path, short, 16), "needs 24576 rgb24 bytes")
 	_, err := os.Stat(path)
 	assert.True(t, os.IsNotExist(err))
+}
+
+// An encoder started before its frames writes MP4's bytes; one that is aborted, handed the
+// wrong clip or whose context ends leaves no file behind.
+func TestStartedMP4(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	fr := video(t, 9, 64, 64)
+	want := filepath.Join(dir, "want.mp4")
+	require.NoError(t, encode.MP4(ctx, want, fr, 16))
+
+	got := filepath.Join(dir, "got.mp4")
+	e, err := encode.StartMP4(ctx, got, 64, 64, 16)
+	require.NoError(t, err)
+	time.Sleep(50 * time.Millisecond) // as beside a Task: ffmpeg is up and waiting
+	require.NoError(t, e.Encode(fr))
+	wb, _ := os.ReadFile(want)
+	gb, _ := os.ReadFile(got)
+	assert.Equal(t, wb, gb)
+
+	e, err = encode.StartMP4(ctx, filepath.Join(dir, "aborted.mp4"), 64, 64, 16)
+	require.NoError(t, err)
+	e.Abort()
+
+	e, err = encode.StartMP4(ctx, filepath.Join(dir, "wrong.mp4"), 64, 64, 16)
+	require.NoError(t, err)
+	assert.ErrorContains(t, e.Encode(video(t, 9, 48, 64)), "started for 64x64, got 48x64x9")
+
+	cctx, cancel := context.WithCancel(ctx)
+	e, err = encode.StartMP4(cctx, filepath.Join(dir, "cancelled.mp4"), 64, 64, 16)
+	require.NoError(t, err)
+	cancel()
+	assert.Error(t, e.Encode(fr))
+
+	_, err = encode.StartMP4(ctx, filepath.Join(dir, "odd.mp4"), 63, 64, 16)
+	assert.ErrorContains(t, err, "not even")
+	_, err = encode.StartMP4(ctx, filepath.Join(dir, "nofps.mp4"), 64, 64, 0)
+	assert.ErrorContains(t, err, "fps 0")
+
+	left, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var names []string
+	for _, f := range left {
+		names = append(names, f.Name())
+	}
+	assert.ElementsMatch(t, []string{"want.mp4", "got.mp4"}, names, "no partial or temporary file is left")
 }
 
 // TestPNGRoundTrip decodes our PNG writer's output with image/png and with ffmpeg: every
