@@ -40,10 +40,31 @@ func TestProblemsCatchesIncompleteRows(t *testing.T) {
 		"reference-output SSIM above 1": func(e *spec.Entry) {
 			e.Bundle, e.ReferenceOutputs = "x/y", &spec.ReferenceOutputs{MinSSIM: 1.5}
 		},
+		"bad layout":               func(e *spec.Entry) { e.Worker, e.Layouts = []string{"w"}, []spec.Layout{"ulysses-1"} },
+		"layout twice":             func(e *spec.Entry) { e.Worker, e.Layouts = []string{"w"}, []spec.Layout{"single", "single"} },
+		"layouts without worker":   func(e *spec.Entry) { e.Layouts = []spec.Layout{"single"} },
+		"served layout on the row": func(e *spec.Entry) { e.Worker, e.Layouts, e.Layout = []string{"w"}, []spec.Layout{"single"}, "single" },
 	} {
 		broken := e
 		breakIt(&broken)
 		assert.NotEmpty(t, broken.Problems(), name)
+	}
+}
+
+// The GPU rows offer their layouts in the measured (or, where unmeasured, stated) order; the
+// in-process rows offer none.
+func TestRowLayouts(t *testing.T) {
+	for id, want := range map[string][]spec.Layout{
+		"Wan-AI/Wan2.1-T2V-1.3B":    {"single", "cfg-2", "ulysses-2"},
+		"Wan-AI/Wan2.2-TI2V-5B":     {"cfg-2", "ulysses-2", "ulysses-4", "single"},
+		"Qwen/Qwen-Image-Edit-2511": {"single", "cfg-2", "ulysses-2"},
+		"MiniMaxAI/MiniMax-H3":      {"ulysses-4", "ulysses-2", "single"},
+		"ref-t2v":                   nil,
+	} {
+		e, err := models.Lookup(id)
+		require.NoError(t, err)
+		assert.Equal(t, want, e.Layouts, id)
+		assert.Empty(t, e.Layout, id)
 	}
 }
 

@@ -37,6 +37,9 @@ func Entries() []spec.Entry {
 			},
 			Defaults: spec.Settings{Size: spec.Size{W: 1344, H: 768}, NumFrames: 124, FPS: 24, Steps: 50, Guidance: 1.0, Seed: 0},
 			Worker:   worker("MiniMaxAI/MiniMax-H3"),
+			// The model card launches with --ulysses-degree 4, hence first. Guidance-distilled:
+			// there is no second guidance branch, so no CFG-2.
+			Layouts: []spec.Layout{"ulysses-4", "ulysses-2", spec.LayoutSingle},
 		},
 		Workload:   spec.TextToVideo,
 		NativeTask: "diffusers.MiniMaxH3ModularPipeline, t2va workflow (ComponentsManager auto CPU offload)",

@@ -24,6 +24,10 @@ func Entries() []spec.Entry {
 			Worker: []string{"python3", "models/qwenimage/adapter.py", "--bundle-name", "Qwen/Qwen-Image-Edit-2511"},
 			// No Engine: the adapter runs eager only. The text sequence length varies with the
 			// prompt, so a compiled transformer would recompile inside timed requests.
+			// The pinned negative prompt keeps true CFG on, so CFG-2 applies; it is not yet
+			// measured, so one GPU stays preferred. Ulysses-2 is offered for the 1024² edit
+			// (image and reference tokens together), also unmeasured.
+			Layouts: []spec.Layout{spec.LayoutSingle, "cfg-2", "ulysses-2"},
 		},
 		Workload: spec.ImageEdit, NativeTask: "diffusers.QwenImageEditPlusPipeline",
 		// The adapter runs (L0-random bundle on an H200); the status stays planned until real

@@ -2,6 +2,7 @@ package spec
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -150,6 +151,15 @@ func (e Entry) Problems() []string {
 	if e.Bundle != "" {
 		need(e.ReferenceOutputs != nil && e.ReferenceOutputs.MinSSIM > 0 && e.ReferenceOutputs.MinSSIM <= 1, "a bundle but no reference-output criterion (min SSIM in (0, 1])")
 	}
+	for i, l := range e.Layouts {
+		if err := l.Validate(); err != nil {
+			p = append(p, err.Error())
+		}
+		need(!slices.Contains(e.Layouts[:i], l), "layout %s listed twice", l)
+	}
+	// Layouts are a worker's choice: an in-process Task runs as it is and reports no layout.
+	need(len(e.Layouts) == 0 || len(e.Worker) > 0, "layouts %v but no worker to pass --layout to", e.Layouts)
+	need(e.Layout == "", "layout %s set on the row: mediaserve chooses it from Layouts", e.Layout)
 	need(e.Controls.AllowsSize(e.Defaults.Size), "pinned size %s not among its controls", e.Defaults.Size)
 	need(e.Controls.Steps.Contains(e.Defaults.Steps), "pinned steps %d outside %s", e.Defaults.Steps, e.Controls.Steps)
 	need(e.Controls.Guidance.Contains(e.Defaults.Guidance), "pinned guidance %g outside %s", e.Defaults.Guidance, e.Controls.Guidance)

@@ -171,6 +171,14 @@ type Checkpoint struct {
 	// choice: mediaserve passes it to the worker as --engine (docs/WORKER.md), and every
 	// actual must report it back.
 	Engine string `json:"engine,omitempty"`
+	// Layouts are the GPU layouts the row's Task supports, in order of preference (measured
+	// best first): mediaserve serves the first that fits the visible GPUs unless told one.
+	// Empty: no choice (reference and in-process families), so no --layout is passed and
+	// every actual's layout must be empty.
+	Layouts []Layout `json:"layouts,omitempty"`
+	// Layout is the layout this served Task runs, chosen by mediaserve from Layouts (see
+	// ChooseLayout) and passed to the worker as --layout; the row itself leaves it empty.
+	Layout Layout `json:"layout,omitempty"`
 }
 
 func (c Checkpoint) Has(cap Capability) bool {
@@ -210,6 +218,10 @@ type Actual struct {
 	// with no choice. Bytes differ between engines, so the native path and the server run the
 	// same one and the server fails a job whose engine is not the row's.
 	Engine string `json:"engine,omitempty"`
+	// Layout is the GPU layout the Task ran ("cfg-2", ...); empty for rows without Layouts.
+	// Bytes may differ between layouts, so the server fails a job whose layout is not the
+	// served one, as for Engine.
+	Layout string `json:"layout,omitempty"`
 }
 
 // Output is a Task's result: frames (exactly one for image_edit) and what was produced.

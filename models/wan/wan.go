@@ -29,6 +29,18 @@ func worker(flowShift, bundle string, pinned spec.Settings) []string {
 // speed"); it is compiled before "ready". `mediaserve -engine eager` serves eager instead.
 const engine = "regional-compile"
 
+// Layouts, in order of preference. Ulysses context parallelism splits the token sequence
+// across GPUs with all-to-alls in every attention layer, so it pays only on long sequences:
+// on an H200 pair Ulysses-2 measured 2x slower than one GPU at Wan2.1's 832x480x17 (3,900
+// tokens a rank: the all-to-alls dominate) and 1.86x faster at Wan2.2's 1280x704x121
+// (27,280 tokens). CFG-2 (the two guidance branches on two GPUs, one exchange a step) is not
+// yet measured: it is offered, but Wan2.1 does not prefer it until it is; for Wan2.2 it leads
+// on the expectation that one exchange a step costs less than Ulysses' all-to-alls.
+var (
+	wan21Layouts = []spec.Layout{spec.LayoutSingle, "cfg-2", "ulysses-2"}
+	wan22Layouts = []spec.Layout{"cfg-2", "ulysses-2", "ulysses-4", spec.LayoutSingle}
+)
+
 // videoContract: real generators move; a clip whose consecutive frames differ by less than
 // half a level on average is frozen, one whose frames vary by less than 2 levels is blank.
 var videoContract = &spec.VideoContract{MinMotion: 0.5, MinStdDev: 2}
@@ -63,6 +75,7 @@ func Entries() []spec.Entry {
 				Defaults: wan21,
 				Worker:   worker("3.0", "Wan-AI/Wan2.1-T2V-1.3B-Diffusers", wan21),
 				Engine:   engine,
+				Layouts:  wan21Layouts,
 			},
 			Workload: spec.TextToVideo, NativeTask: "diffusers.WanPipeline (UniPC flow_shift 3.0)",
 			// The adapter runs (L0-random bundle on an H200, reports/published/); the status
@@ -85,8 +98,9 @@ func Entries() []spec.Entry {
 				},
 				Defaults: wan22,
 				// Text-to-video mode: no image is passed, so TI2V generates from the prompt alone.
-				Worker: worker("5.0", "Wan-AI/Wan2.2-TI2V-5B-Diffusers", wan22),
-				Engine: engine,
+				Worker:  worker("5.0", "Wan-AI/Wan2.2-TI2V-5B-Diffusers", wan22),
+				Engine:  engine,
+				Layouts: wan22Layouts,
 			},
 			Workload: spec.TextToVideo, NativeTask: "diffusers.WanPipeline, text-to-video mode (UniPC flow_shift 5.0)",
 			Status: spec.Planned, Note: "native adapter shared with Wan2.1; revision is the manifest's short hash",
