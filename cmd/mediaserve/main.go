@@ -47,11 +47,16 @@ func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
 // buildModel makes the Tasks for a checkpoint, one per lane: in process when the family is Go,
 // otherwise long-lived worker processes, which must be ready within loadTimeout. engine, when
-// set, replaces the row's engine (e.g. eager for a compiled row). lanes is how many lanes
-// (0: one in process, or as many worker lanes as the visible GPUs hold).
-func buildModel(cp spec.Checkpoint, engine string, log *slog.Logger, loadTimeout time.Duration, lanes int) (server.Model, error) {
+// set, replaces the row's engine (e.g. eager for a compiled row); layout, when set, is the
+// GPU layout to run instead of the first of the row's that fits (withLayout). lanes is how
+// many lanes (0: one in process, or as many worker lanes as the visible GPUs hold).
+func buildModel(cp spec.Checkpoint, engine string, layout spec.Layout, log *slog.Logger, loadTimeout time.Duration, lanes int) (server.Model, error) {
 	cp, err := withEngine(cp, engine)
 	if err != nil {
+		return server.Model{}, err
+	}
+	visible := os.Getenv("CUDA_VISIBLE_DEVICES")
+	if cp, err = withLayout(cp, layout, visible); err != nil {
 		return server.Model{}, err
 	}
 	if cp.NewTask != nil {
@@ -68,7 +73,7 @@ func buildModel(cp spec.Checkpoint, engine string, log *slog.Logger, loadTimeout
 	if len(cp.Worker) == 0 {
 		return server.Model{}, fmt.Errorf("%s has neither an in-process Task nor a worker command", cp.ID)
 	}
-	groups, err := laneDevices(cp.ID, os.Getenv("CUDA_VISIBLE_DEVICES"), gpusPerTask(cp.ID), lanes)
+	groups, err := laneDevices(cp.ID, visible, perTask(cp), lanes)
 	if err != nil {
 		return server.Model{}, err
 	}
@@ -89,6 +94,15 @@ func buildModel(cp spec.Checkpoint, engine string, log *slog.Logger, loadTimeout
 		tasks = append(tasks, worker.New(cfg))
 	}
 	return server.Model{Checkpoint: cp, Runtime: "worker", Task: tasks[0], Replicas: tasks[1:], Devices: devices}, nil
+}
+
+// perTask is how many GPUs one of cp's Tasks uses: its layout's degree when the row offers
+// layouts, else its GPU needs.
+func perTask(cp spec.Checkpoint) int {
+	if len(cp.Layouts) > 0 {
+		return cp.Layout.Degree()
+	}
+	return gpusPerTask(cp.ID)
 }
 
 // gpusPerTask is how many GPUs one of the row's Tasks uses (its GPU needs; 1 without).
@@ -133,12 +147,27 @@ func withEngine(cp spec.Checkpoint, engine string) (spec.Checkpoint, error) {
 	return cp, nil
 }
 
+// withLayout returns cp running the layout spec.ChooseLayout picks for layout (explicit, or
+// "" for the row's first that fits) on the visible GPUs. It is the one choice both the server
+// and `mediaserve task` make, so a native run and a served one use the same layout.
+func withLayout(cp spec.Checkpoint, layout spec.Layout, visible string) (spec.Checkpoint, error) {
+	l, err := cp.ChooseLayout(layout, visible)
+	if err != nil {
+		return cp, err
+	}
+	cp.Layout = l
+	return cp, nil
+}
+
 // workerArgv is the row's worker command with its script path resolved and, for a row with
-// an engine choice, the engine it runs (docs/WORKER.md).
+// an engine or layout choice, the engine and the layout it runs (docs/WORKER.md).
 func workerArgv(cp spec.Checkpoint) []string {
 	argv := resolveArgv(cp.Worker)
 	if cp.Engine != "" {
 		argv = append(argv, "--engine", cp.Engine)
+	}
+	if len(cp.Layouts) > 0 {
+		argv = append(argv, "--layout", string(cp.Layout))
 	}
 	return argv
 }
@@ -243,14 +272,14 @@ func explainLoad(err error, ms []server.Model, flag time.Duration) error {
 }
 
 // buildModels makes every checkpoint's Task with its load timeout.
-func buildModels(cps []spec.Checkpoint, engine string, log *slog.Logger, flag time.Duration, lanes int) ([]server.Model, error) {
+func buildModels(cps []spec.Checkpoint, engine string, layout spec.Layout, log *slog.Logger, flag time.Duration, lanes int) ([]server.Model, error) {
 	var ms []server.Model
 	for _, cp := range cps {
 		d, _, err := loadTimeout(cp.ID, flag)
 		if err != nil {
 			return nil, err
 		}
-		m, err := buildModel(cp, engine, log, d, lanes)
+		m, err := buildModel(cp, engine, layout, log, d, lanes)
 		if err != nil {
 			return nil, err
 		}

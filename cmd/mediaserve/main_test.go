@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,7 +57,7 @@ func TestDefaultServesWhatCanLoadHere(t *testing.T) {
 func TestLoadTimeoutSaysHowToRaiseIt(t *testing.T) {
 	cp := spec.Checkpoint{ID: "Wan-AI/Wan2.1-T2V-1.3B", Worker: []string{"sleep", "30"}}
 	log := slog.New(slog.NewTextHandler(&bytes.Buffer{}, nil))
-	m, err := buildModel(cp, "", log, 200*time.Millisecond, 1)
+	m, err := buildModel(cp, "", "", log, 200*time.Millisecond, 1)
 	require.NoError(t, err)
 	err = loadAll(context.Background(), []server.Model{m}, 200*time.Millisecond)
 	closeAll([]server.Model{m})
@@ -92,7 +93,7 @@ func TestLaneDevices(t *testing.T) {
 func TestInProcessLanes(t *testing.T) {
 	cp, err := models.Lookup("ref-t2v")
 	require.NoError(t, err)
-	m, err := buildModel(cp.Checkpoint, "", slog.New(slog.DiscardHandler), time.Minute, 3)
+	m, err := buildModel(cp.Checkpoint, "", "", slog.New(slog.DiscardHandler), time.Minute, 3)
 	require.NoError(t, err)
 	assert.Len(t, m.Tasks(), 3)
 }
@@ -104,15 +105,67 @@ func TestEngineReachesTheWorker(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEmpty(t, wan.Engine)
 	argv := workerArgv(wan.Checkpoint)
-	assert.Equal(t, []string{"--engine", wan.Engine}, argv[len(argv)-2:])
+	assert.Equal(t, []string{"--engine", wan.Engine}, argv[len(argv)-4:len(argv)-2])
 	eager, err := withEngine(wan.Checkpoint, "eager")
 	require.NoError(t, err)
 	argv = workerArgv(eager)
-	assert.Equal(t, []string{"--engine", "eager"}, argv[len(argv)-2:])
+	assert.Equal(t, []string{"--engine", "eager"}, argv[len(argv)-4:len(argv)-2])
 
 	qwen, err := models.Lookup("Qwen/Qwen-Image-Edit-2511")
 	require.NoError(t, err)
 	assert.NotContains(t, workerArgv(qwen.Checkpoint), "--engine")
 	_, err = withEngine(qwen.Checkpoint, "regional-compile")
 	assert.ErrorContains(t, err, "has no engine choice")
+}
+
+// A row with layouts runs the one chosen (withLayout, spec.ChooseLayout) in lanes of its
+// degree, and its worker is told it with --layout after --engine; a row without layouts
+// passes none and refuses -layout.
+func TestLayoutReachesTheWorker(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	wan, err := models.Lookup("Wan-AI/Wan2.1-T2V-1.3B")
+	require.NoError(t, err)
+
+	t.Setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
+	m, err := buildModel(wan.Checkpoint, "", "cfg-2", log, time.Minute, 0)
+	require.NoError(t, err)
+	assert.Equal(t, spec.Layout("cfg-2"), m.Checkpoint.Layout)
+	assert.Equal(t, []string{"0,1", "2,3"}, m.Devices, "4 GPUs in lanes of cfg-2's 2")
+	assert.Len(t, m.Tasks(), 2)
+	argv := workerArgv(m.Checkpoint)
+	assert.Equal(t, []string{"--engine", wan.Engine, "--layout", "cfg-2"}, argv[len(argv)-4:])
+
+	// No -layout: the row's first that fits, here Wan2.1's single, one lane a GPU.
+	m, err = buildModel(wan.Checkpoint, "", "", log, time.Minute, 0)
+	require.NoError(t, err)
+	assert.Equal(t, spec.Layout("single"), m.Checkpoint.Layout)
+	assert.Equal(t, []string{"0", "1", "2", "3"}, m.Devices)
+	argv = workerArgv(m.Checkpoint)
+	assert.Equal(t, []string{"--layout", "single"}, argv[len(argv)-2:])
+
+	// MiniMax-H3 prefers ulysses-4: one lane on all four; on two GPUs, ulysses-2.
+	mm, err := models.Lookup("MiniMaxAI/MiniMax-H3")
+	require.NoError(t, err)
+	m, err = buildModel(mm.Checkpoint, "", "", log, time.Minute, 0)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"0,1,2,3"}, m.Devices)
+	assert.Contains(t, strings.Join(workerArgv(m.Checkpoint), " "), "--layout ulysses-4")
+	t.Setenv("CUDA_VISIBLE_DEVICES", "6,7")
+	m, err = buildModel(mm.Checkpoint, "", "", log, time.Minute, 0)
+	require.NoError(t, err)
+	assert.Equal(t, spec.Layout("ulysses-2"), m.Checkpoint.Layout)
+	assert.Equal(t, []string{"6,7"}, m.Devices)
+
+	_, err = buildModel(wan.Checkpoint, "", "ulysses-4", log, time.Minute, 0)
+	assert.EqualError(t, err, "Wan-AI/Wan2.1-T2V-1.3B does not offer layout ulysses-4; its layouts: single, cfg-2, ulysses-2")
+
+	ref, err := models.Lookup("ref-t2v")
+	require.NoError(t, err)
+	_, err = buildModel(ref.Checkpoint, "", "single", log, time.Minute, 0)
+	assert.EqualError(t, err, "ref-t2v has no layout choice; layout single cannot apply")
+	qwen, err := models.Lookup("Qwen/Qwen-Image-Edit-2511")
+	require.NoError(t, err)
+	noChoice := qwen.Checkpoint
+	noChoice.Layouts = nil
+	assert.NotContains(t, workerArgv(noChoice), "--layout")
 }

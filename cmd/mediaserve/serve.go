@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"time"
 
+	"mediaqual/models/spec"
 	"mediaqual/server"
 )
 
@@ -29,6 +30,7 @@ func serve(args []string, log *slog.Logger) error {
 	keep := fs.Bool("keep-artifacts", false, "leave artifacts on disk at shutdown")
 	lanes := fs.Int("lanes", 0, "lanes per model, each a Task of its own taking jobs from the model's queue (0: one in process; for workers, one per GPU group of CUDA_VISIBLE_DEVICES)")
 	engine := fs.String("engine", "", "run every model that offers the choice with this engine (eager, regional-compile; default: each row's)")
+	layout := fs.String("layout", os.Getenv("MEDIAQUAL_LAYOUT"), "GPU layout of each Task (single, cfg-2, ulysses-N), one the model's row offers; default: the row's first that fits CUDA_VISIBLE_DEVICES (env MEDIAQUAL_LAYOUT)")
 	fault := fs.String("fault", "", "switch on one deliberately broken behaviour, for the suite's self-test only (docs/FAULTS.md)")
 	loadFlag := fs.Duration("load-timeout", 0, "how long a model's load may take (default: from its row or bundle size; env MEDIAQUAL_LOAD_TIMEOUT)")
 	var ids listFlag
@@ -59,7 +61,7 @@ func serve(args []string, log *slog.Logger) error {
 		defer f.Close()
 		ledger = f
 	}
-	ms, err := buildModels(cps, *engine, log, *loadFlag, *lanes)
+	ms, err := buildModels(cps, *engine, spec.Layout(*layout), log, *loadFlag, *lanes)
 	if err != nil {
 		return err
 	}

@@ -34,6 +34,7 @@ func runTask(args []string, log *slog.Logger) error {
 	refPath := fs.String("reference", "", "reference image for image_edit")
 	out := fs.String("out", ".", "output directory")
 	engine := fs.String("engine", "", "the engine, as mediaserve -engine (default: the row's)")
+	layout := fs.String("layout", os.Getenv("MEDIAQUAL_LAYOUT"), "the GPU layout, as mediaserve -layout, chosen by the same rule (env MEDIAQUAL_LAYOUT)")
 	raw := fs.Bool("raw", false, "also write the raw rgb24 frames the artifact is encoded from, as <out>/frames.rgb")
 	batch := fs.String("batch", "", `JSON-lines file of jobs {"out": dir, "reference": path, "fields": {name: value}}, run in order with one load (replaces -out, -reference and -set)`)
 	loadFlag := fs.Duration("load-timeout", 0, "how long the model's load may take (default: from its row or bundle size; env MEDIAQUAL_LOAD_TIMEOUT)")
@@ -74,7 +75,7 @@ func runTask(args []string, log *slog.Logger) error {
 		jobs = []taskJob{j}
 	}
 
-	ms, err := buildModels(cps, *engine, log, *loadFlag, 1) // the native path: one lane
+	ms, err := buildModels(cps, *engine, spec.Layout(*layout), log, *loadFlag, 1) // the native path: one lane
 	if err != nil {
 		return err
 	}

@@ -62,6 +62,7 @@ func TestTaskBatchErrorsNameTheProblem(t *testing.T) {
 		"not json":      {[]string{"-batch", write("{\"out\": \"x\"}\nout=y\n")}, "batch.jsonl line 2:"},
 		"unknown key":   {[]string{"-batch", write(`{"out": "x", "feilds": {}}`)}, `unknown field "feilds"`},
 		"no out":        {[]string{"-batch", write(`{"fields": {}}`)}, `"out" is required`},
+		"a layout":      {[]string{"-layout", "cfg-2", "-set", "prompt=p", "-out", filepath.Join(dir, "layout")}, "ref-t2v has no layout choice; layout cfg-2 cannot apply"},
 		"a failing job": {[]string{"-batch", write(`{"out": "` + filepath.Join(dir, "ok") + `", "fields": {"prompt": "p"}}` + "\n" + `{"out": "` + filepath.Join(dir, "bad") + `", "fields": {"prompt": "p", "num_frames": "18"}}`)}, "batch job 2 (out " + filepath.Join(dir, "bad") + "): unsupported_value: ref-t2v cannot produce 18 frames"},
 	} {
 		t.Run(name, func(t *testing.T) {
