@@ -459,6 +459,12 @@ func (s *Server) modelObject(l *lane) map[string]any {
 	if len(l.model.Devices) > 0 {
 		o["lane_devices"] = l.model.Devices
 	}
+	if cp.Layout != "" {
+		o["layout"] = cp.Layout // the one served
+	}
+	if len(cp.Layouts) > 0 {
+		o["layouts"] = cp.Layouts // the ones the row offers, preferred first
+	}
 	if s.fault != nil {
 		o["fault"] = s.fault.name + ": " + Faults[s.fault.name]
 	}

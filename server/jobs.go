@@ -213,6 +213,10 @@ func (s *Server) finish(j *job, p Product, err error) {
 	}
 	if !j.started.IsZero() {
 		e.Lane = &j.laneIdx
+		if d := j.lane.model.Devices; j.laneIdx < len(d) {
+			e.LaneDevices = d[j.laneIdx]
+		}
+		e.Layout = j.lane.model.Checkpoint.Layout
 	}
 	if j.deleted {
 		e.Error = &JobError{Code: "cancelled", Message: "deleted before it finished"}

@@ -21,8 +21,10 @@ type LedgerEntry struct {
 	Route         string            `json:"route"`
 	Model         string            `json:"model,omitempty"`
 	JobID         string            `json:"job_id,omitempty"`
-	Lane          *int              `json:"lane,omitempty"` // which of the model's lanes ran the job
-	Status        string            `json:"status"`         // completed | failed | cancelled | rejected | deleted | expired
+	Lane          *int              `json:"lane,omitempty"`         // which of the model's lanes ran the job
+	LaneDevices   string            `json:"lane_devices,omitempty"` // that lane's devices (CUDA ids), when the server names them
+	Layout        spec.Layout       `json:"layout,omitempty"`       // the GPU layout the lane runs, for rows that offer one
+	Status        string            `json:"status"`                 // completed | failed | cancelled | rejected | deleted | expired
 	HTTPStatus    int               `json:"http_status,omitempty"`
 	Error         *JobError         `json:"error,omitempty"`
 	Settings      *spec.Settings    `json:"settings,omitempty"`

@@ -150,6 +150,8 @@ func checkActual(cp spec.Checkpoint, capability spec.Capability, s spec.Settings
 		return mismatch("precision", cp.Precision, a.Precision)
 	case a.Engine != cp.Engine:
 		return mismatch("engine", cp.Engine, a.Engine)
+	case a.Layout != string(cp.Layout):
+		return mismatch("layout", cp.Layout, a.Layout)
 	}
 	if capability == spec.TextToVideo {
 		switch {

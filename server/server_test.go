@@ -234,6 +234,7 @@ func TestActualMismatchFailsTheJob(t *testing.T) {
 			o.Frames, o.Video = nil, &v
 		},
 		"engine": func(o *spec.Output) { o.Actual.Engine = "regional-compile" },
+		"layout": func(o *spec.Output) { o.Actual.Layout = "cfg-2" }, // a row without layouts reports none
 	} {
 		t.Run(name, func(t *testing.T) {
 			e := start(t, server.Config{Models: []server.Model{{Checkpoint: fakeCheckpoint("fake", spec.TextToVideo), Task: &fakeTask{lie: lie}}}})
@@ -447,15 +448,18 @@ func TestLanesServeInParallel(t *testing.T) {
 	b.mu.Unlock()
 	a.mu.Unlock()
 	assert.Less(t, gap, 250*time.Millisecond, "the second job did not wait for the first")
-	lanes := map[int]bool{}
+	lanes := map[int]string{}
 	for _, en := range e.ledger.entries(t) {
 		if en.Event == "job" {
 			require.NotNil(t, en.Lane)
-			lanes[*en.Lane] = true
+			lanes[*en.Lane] = en.LaneDevices
+			assert.Empty(t, en.Layout, "a row without layouts")
 		}
 	}
-	assert.Equal(t, map[int]bool{0: true, 1: true}, lanes)
+	assert.Equal(t, map[int]string{0: "0", 1: "1"}, lanes, "each job's lane and that lane's devices")
 	m := e.do(t, http.MethodGet, "/v1/models/fake", "", nil).json(t)
 	assert.Equal(t, 2.0, m["lanes"])
 	assert.Equal(t, []any{"0", "1"}, m["lane_devices"])
+	assert.NotContains(t, m, "layout")
+	assert.NotContains(t, m, "layouts")
 }

@@ -225,3 +225,46 @@ func TestReadyWaitsForWorker(t *testing.T) {
 	}
 	assert.Empty(t, dirNames(t, wl.scratch), "worker scratch dir")
 }
+
+// TestWorkerLayoutIsChecked: a row with layouts is served in one, which /v1/models and the
+// ledger name; a worker that reports that layout completes its job, and one that ran another
+// (here told --layout single while the server serves cfg-2) fails it with actual_mismatch.
+func TestWorkerLayoutIsChecked(t *testing.T) {
+	for _, tc := range []struct {
+		told, status string
+	}{{"cfg-2", "completed"}, {"single", "failed"}} {
+		t.Run("told "+tc.told, func(t *testing.T) {
+			wl := newWorkerLane(t, "wkr", "ok")
+			wl.model.Checkpoint.Layouts = []spec.Layout{"single", "cfg-2"}
+			wl.model.Checkpoint.Layout = "cfg-2"
+			wl.model.Devices = []string{"2,3"}
+			wl.task = worker.New(worker.Config{
+				Argv: []string{os.Args[0], "--layout", tc.told}, Env: []string{workertest.EnvMode + "=ok"},
+				ScratchDir: wl.scratch, Log: wl.log, LoadTimeout: 10 * time.Second,
+			})
+			wl.model.Task = wl.task
+			e := start(t, server.Config{Models: []server.Model{wl.model}})
+
+			m := e.do(t, "GET", "/v1/models/wkr", "", nil).json(t)
+			assert.Equal(t, "cfg-2", m["layout"])
+			assert.Equal(t, []any{"single", "cfg-2"}, m["layouts"])
+
+			id := e.postForm(t, "/v1/videos", map[string]string{"model": "wkr", "prompt": "p"}).json(t)["id"].(string)
+			done := e.waitVideo(t, id)
+			require.Equal(t, tc.status, done["status"], "%v", done["error"])
+			if tc.status == "completed" {
+				assert.Equal(t, "cfg-2", done["actual"].(map[string]any)["layout"])
+			} else {
+				assert.Equal(t, map[string]any{"code": "actual_mismatch", "message": "layout: asked cfg-2, produced single"}, done["error"])
+			}
+			var job server.LedgerEntry
+			for _, en := range e.ledger.entries(t) {
+				if en.Event == "job" {
+					job = en
+				}
+			}
+			assert.Equal(t, spec.Layout("cfg-2"), job.Layout)
+			assert.Equal(t, "2,3", job.LaneDevices)
+		})
+	}
+}

@@ -29,7 +29,8 @@
 //	deaf      like ok, but does not exit when stdin closes
 //	gated     like ok, but sends ready only once the file named by EnvMarker exists
 //
-// Every mode reports precision Precision in its ready line and results.
+// Every mode reports precision Precision in its ready line and results, and, started with
+// "--layout L" (as mediaserve starts the worker of a row with layouts), actual.layout L.
 package workertest
 
 import (
@@ -251,7 +252,7 @@ func runJob(mode string, c command, lines <-chan command, enc *json.Encoder, log
 	}
 	actual := spec.Actual{
 		Width: w, Height: h, Steps: s.Steps, Guidance: s.Guidance, Seed: s.Seed,
-		FPS: s.FPS, NumFrames: s.NumFrames, Precision: Precision,
+		FPS: s.FPS, NumFrames: s.NumFrames, Precision: Precision, Layout: argValue("--layout"),
 	}
 	if s.FPS > 0 {
 		actual.DurationS = float64(s.NumFrames) / float64(s.FPS)
@@ -262,4 +263,14 @@ func runJob(mode string, c command, lines <-chan command, enc *json.Encoder, log
 		"peak_memory_mb": 1234.5,
 	})
 	return true
+}
+
+// argValue is the value after flag among the process's arguments, "" without it.
+func argValue(flag string) string {
+	for i, a := range os.Args[1:] {
+		if a == flag && i+2 < len(os.Args) {
+			return os.Args[i+2]
+		}
+	}
+	return ""
 }
