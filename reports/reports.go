@@ -94,8 +94,9 @@ type Row struct {
 	Dataset  map[string]string `json:"dataset,omitempty"` // fixture file -> sha256
 	Endpoint string            `json:"endpoint,omitempty"`
 	Mode     string            `json:"mode,omitempty"`
-	// Layout is how the server ran the model: its lanes and each one's devices, as
-	// /v1/models declared them. Bytes are only comparable between runs of one layout's degree.
+	// Layout is how the server ran the model: its GPU layout (cfg-2, ulysses-N, ...), its
+	// lanes and each one's devices, as /v1/models declared them, e.g. "cfg-2, 1 lane, CUDA
+	// devices 0,1". Bytes are only comparable between runs of one layout.
 	Layout   string            `json:"layout,omitempty"`
 	Versions map[string]string `json:"versions,omitempty"`
 	Hardware string            `json:"hardware,omitempty"`

@@ -67,6 +67,7 @@ type Actual struct {
 	Seed      int64   `json:"seed"`
 	Precision string  `json:"precision"`
 	Engine    string  `json:"engine,omitempty"`
+	Layout    string  `json:"layout,omitempty"` // the GPU layout the Task ran, for a model that offers layouts
 }
 
 // Timing is the server's account of a job's time: parts that add up to total_ms (docs/API.md).
@@ -195,6 +196,8 @@ type Model struct {
 	QueueCapacity int      `json:"queue_capacity"`
 	Lanes         int      `json:"lanes"`                  // Tasks serving the model in parallel
 	LaneDevices   []string `json:"lane_devices,omitempty"` // each lane's devices, when the server names them
+	Layout        string   `json:"layout,omitempty"`       // the GPU layout each lane runs, when the model offers layouts
+	Layouts       []string `json:"layouts,omitempty"`      // the layouts the model offers, preferred first
 	Controls      Controls `json:"controls"`
 	Defaults      Settings `json:"defaults"`
 	// Fault names the injected fault when the server runs with -fault (self-test only).

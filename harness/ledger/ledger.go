@@ -19,8 +19,10 @@ type Entry struct {
 	Route         string            `json:"route"`
 	Model         string            `json:"model,omitempty"`
 	JobID         string            `json:"job_id,omitempty"`
-	Lane          *int              `json:"lane,omitempty"` // which of the model's lanes ran the job
-	Status        string            `json:"status"`         // completed | failed | cancelled | rejected | deleted | expired
+	Lane          *int              `json:"lane,omitempty"`         // which of the model's lanes ran the job
+	LaneDevices   string            `json:"lane_devices,omitempty"` // that lane's devices (CUDA ids), when the server names them
+	Layout        string            `json:"layout,omitempty"`       // the GPU layout the lane runs, for a model that offers layouts
+	Status        string            `json:"status"`                 // completed | failed | cancelled | rejected | deleted | expired
 	HTTPStatus    int               `json:"http_status,omitempty"`
 	Error         *api.JobError     `json:"error,omitempty"`
 	Settings      *api.Settings     `json:"settings,omitempty"`

@@ -28,10 +28,11 @@ type Config struct {
 
 	Target Target
 
-	GPUs      string // MEDIAQUAL_GPUS: CUDA device ids for a launched mediaserve
-	ReportDir string // MEDIAQUAL_REPORT_DIR: case files and pictures are kept there; "" keeps nothing
-	Engine    string // MEDIAQUAL_ENGINE: mediaserve's -engine, for the server and `mediaserve task`
-	Fault     string // MEDIAQUAL_FAULT: a launched mediaserve's -fault (the fault self-test)
+	GPUs      string      // MEDIAQUAL_GPUS: CUDA device ids for a launched mediaserve
+	ReportDir string      // MEDIAQUAL_REPORT_DIR: case files and pictures are kept there; "" keeps nothing
+	Engine    string      // MEDIAQUAL_ENGINE: mediaserve's -engine, for the server and `mediaserve task`
+	Layout    spec.Layout // MEDIAQUAL_LAYOUT: mediaserve's -layout, for a row that offers layouts ("": its first that fits)
+	Fault     string      // MEDIAQUAL_FAULT: a launched mediaserve's -fault (the fault self-test)
 
 	RequestTimeout time.Duration // MEDIAQUAL_REQUEST_TIMEOUT: each AIPerf request, and following an unfinished job
 	Concurrency    int           // MEDIAQUAL_CONCURRENCY: AIPerf's concurrency
@@ -60,6 +61,7 @@ const (
 	EnvAPIKey   = "MEDIAQUAL_API_KEY"
 	EnvWire     = "MEDIAQUAL_WIRE"
 	EnvFault    = "MEDIAQUAL_FAULT"
+	EnvLayout   = "MEDIAQUAL_LAYOUT"
 	// EnvWriteReferenceOutputs, set to 1, makes the correctness stage write its native outputs
 	// as the bundle's reference outputs where it has none.
 	EnvWriteReferenceOutputs = "MEDIAQUAL_WRITE_REFERENCE_OUTPUTS"
@@ -85,6 +87,12 @@ func FromEnv(root, mediaserve string) (Config, error) {
 	}
 	c.GPUs, c.ReportDir = os.Getenv("MEDIAQUAL_GPUS"), os.Getenv("MEDIAQUAL_REPORT_DIR")
 	c.Engine, c.Fault = os.Getenv("MEDIAQUAL_ENGINE"), os.Getenv(EnvFault)
+	if l := spec.Layout(os.Getenv(EnvLayout)); l != "" {
+		if err := l.Validate(); err != nil {
+			return c, fmt.Errorf("%s: %w", EnvLayout, err)
+		}
+		c.Layout = l
+	}
 	c.UpdateGoldens = os.Getenv("MEDIAQUAL_UPDATE_GOLDENS") == "1"
 	c.WriteReferenceOutputs = os.Getenv(EnvWriteReferenceOutputs) == "1"
 	c.Target.Endpoint, c.Target.APIKey = os.Getenv(EnvEndpoint), os.Getenv(EnvAPIKey)

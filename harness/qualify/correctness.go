@@ -225,9 +225,17 @@ func (c *Case) runNative(items []workItem) (Native, error) {
 	if err != nil {
 		return nil, err
 	}
+	layout, err := c.layout()
+	if err != nil {
+		return nil, err
+	}
 	cmd := exec.CommandContext(c.ctx, c.Config.Mediaserve, "task", "-model", c.Entry.ID, "-capability", string(c.Entry.Workload),
-		"-batch", batchPath, "-load-timeout", timeout.String(), "-raw", "-engine", c.Config.Engine)
+		"-batch", batchPath, "-load-timeout", timeout.String(), "-raw", "-engine", c.Config.Engine, "-layout", string(layout))
 	cmd.Env = append(os.Environ(), c.rootEnv())
+	if c.Config.GPUs != "" && !c.Config.Target.External() {
+		// The GPUs the launched server gets: the layout was chosen for them.
+		cmd.Env = append(cmd.Env, "CUDA_VISIBLE_DEVICES="+c.Config.GPUs)
+	}
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("native path: %v\n%s", err, out)
 	}
@@ -251,6 +259,17 @@ func (c *Case) runNative(items []workItem) (Native, error) {
 			Raw: filepath.Join(c.Dir, "native", it.key, "frames.rgb")}
 	}
 	return res, nil
+}
+
+// layout is the -layout the native path and a launched mediaserve both run with: the row's
+// choice (spec.ChooseLayout) of MEDIAQUAL_LAYOUT on MEDIAQUAL_GPUS, resolved here once so the
+// two cannot choose apart. "" for a row without layouts, and for an external endpoint, whose
+// layout is its own.
+func (c *Case) layout() (spec.Layout, error) {
+	if len(c.Entry.Layouts) == 0 || c.Config.Target.External() {
+		return "", nil
+	}
+	return c.Entry.ChooseLayout(c.Config.Layout, c.Config.GPUs)
 }
 
 // rootEnv tells mediaserve where the module is, so a family's worker script is found whatever

@@ -55,13 +55,33 @@ func Inventory(c *Case) (Bundle, string, error) {
 }
 
 // GPUPreCheck says exactly what a GPU run is missing, before anything starts (check
-// gpu-environment). An external endpoint brings its own GPUs.
+// gpu-environment): the weights, and GPUs enough for the row's needs and for the layout it
+// will run (MEDIAQUAL_LAYOUT, or its first that fits). An external endpoint brings its own GPUs.
 func GPUPreCheck(e spec.Entry, cfg Config) error {
 	if why := bundle.Missing(e); why != "" {
 		return fmt.Errorf("check gpu-environment: %s needs its weights: %s", e.ID, why)
 	}
-	if cfg.GPUs == "" && !cfg.Target.External() {
-		return fmt.Errorf("check gpu-environment: set MEDIAQUAL_GPUS to the CUDA device ids for %s (needs %d GPU(s) with %d GB each)", e.ID, e.GPU.Count, e.GPU.MemoryGB)
+	if cfg.Target.External() {
+		return nil
+	}
+	if cfg.GPUs == "" {
+		need, layout := e.GPU.Count, ""
+		if len(e.Layouts) > 0 {
+			l, which := cfg.Layout, "MEDIAQUAL_LAYOUT"
+			if l == "" {
+				l, which = e.Layouts[0], "its preferred layout"
+			}
+			need, layout = max(need, l.Degree()), fmt.Sprintf("; %s %s takes %d", which, l, l.Degree())
+		}
+		return fmt.Errorf("check gpu-environment: set MEDIAQUAL_GPUS to the CUDA device ids for %s (needs %d GPU(s) with %d GB each%s)", e.ID, need, e.GPU.MemoryGB, layout)
+	}
+	if len(e.Layouts) > 0 {
+		// The layout the run will choose must fit: at least its degree of GPUs.
+		if _, err := e.ChooseLayout(cfg.Layout, cfg.GPUs); err != nil {
+			return fmt.Errorf("check gpu-environment: %w (MEDIAQUAL_GPUS, MEDIAQUAL_LAYOUT)", err)
+		}
+	} else if n := len(strings.Split(cfg.GPUs, ",")); n < e.GPU.Count {
+		return fmt.Errorf("check gpu-environment: %s needs %d GPU(s); MEDIAQUAL_GPUS=%s names %d", e.ID, e.GPU.Count, cfg.GPUs, n)
 	}
 	return nil
 }

@@ -50,6 +50,46 @@ func TestGPUPreCheckSaysWhatToSet(t *testing.T) {
 	require.NoError(t, os.MkdirAll(filepath.Join(root, e.Bundle), 0o755))
 	assert.ErrorContains(t, GPUPreCheck(e, Config{}), "MEDIAQUAL_GPUS")
 	require.NoError(t, GPUPreCheck(e, Config{Target: Target{Endpoint: "http://gpu-host:8000"}}), "an endpoint brings its own GPUs")
+
+	// GPUs enough for the layout the run will choose: an explicit one must be offered and fit.
+	require.NoError(t, GPUPreCheck(e, Config{GPUs: "0"}), "Wan2.1 runs single on one GPU")
+	require.NoError(t, GPUPreCheck(e, Config{GPUs: "0,1", Layout: "cfg-2"}))
+	assert.EqualError(t, GPUPreCheck(e, Config{GPUs: "0", Layout: "cfg-2"}),
+		"check gpu-environment: Wan-AI/Wan2.1-T2V-1.3B: layout cfg-2 needs 2 GPUs; CUDA_VISIBLE_DEVICES=0 names 1 (MEDIAQUAL_GPUS, MEDIAQUAL_LAYOUT)")
+	assert.ErrorContains(t, GPUPreCheck(e, Config{GPUs: "0,1,2,3", Layout: "ulysses-4"}), "does not offer layout ulysses-4; its layouts: single, cfg-2, ulysses-2")
+	assert.ErrorContains(t, GPUPreCheck(e, Config{Layout: "ulysses-2"}), "needs 2 GPU(s) with 40 GB each; MEDIAQUAL_LAYOUT ulysses-2 takes 2")
+	w22 := lookup(t, "Wan-AI/Wan2.2-TI2V-5B")
+	require.NoError(t, os.MkdirAll(filepath.Join(root, w22.Bundle), 0o755))
+	assert.ErrorContains(t, GPUPreCheck(w22, Config{}), "needs 2 GPU(s) with 80 GB each; its preferred layout cfg-2 takes 2")
+	require.NoError(t, GPUPreCheck(w22, Config{GPUs: "0"}), "one GPU: Wan2.2 falls back to single")
+}
+
+// The native path and a launched mediaserve run the layout chosen once here from
+// MEDIAQUAL_LAYOUT and MEDIAQUAL_GPUS; a row without layouts, or an endpoint, gets none.
+func TestCaseLayout(t *testing.T) {
+	for _, tc := range []struct {
+		id     string
+		cfg    Config
+		want   spec.Layout
+		errMsg string
+	}{
+		{"Wan-AI/Wan2.2-TI2V-5B", Config{GPUs: "0,1,2,3"}, "cfg-2", ""},
+		{"Wan-AI/Wan2.2-TI2V-5B", Config{GPUs: "0"}, "single", ""},
+		{"Wan-AI/Wan2.2-TI2V-5B", Config{GPUs: "0,1,2,3", Layout: "ulysses-4"}, "ulysses-4", ""},
+		{"MiniMaxAI/MiniMax-H3", Config{GPUs: "0,1"}, "ulysses-2", ""},
+		{"Wan-AI/Wan2.1-T2V-1.3B", Config{GPUs: "0", Layout: "ulysses-4"}, "", "does not offer layout ulysses-4"},
+		{"Wan-AI/Wan2.2-TI2V-5B", Config{GPUs: "0,1", Layout: "cfg-2", Target: Target{Endpoint: "http://h:8000"}}, "", ""},
+		{"ref-t2v", Config{GPUs: "0,1", Layout: "cfg-2"}, "", ""},
+	} {
+		c := &Case{Entry: lookup(t, tc.id), Config: tc.cfg}
+		got, err := c.layout()
+		if tc.errMsg != "" {
+			assert.ErrorContains(t, err, tc.errMsg, tc.id)
+			continue
+		}
+		require.NoError(t, err, tc.id)
+		assert.Equal(t, tc.want, got, "%s %+v", tc.id, tc.cfg)
+	}
 }
 
 func TestProgressLinesDuringLongRuns(t *testing.T) {
@@ -262,6 +302,15 @@ func TestRequestPlan(t *testing.T) {
 	t.Setenv("MEDIAQUAL_CONCURRENCY", "two")
 	_, err = FromEnv(".", "")
 	assert.ErrorContains(t, err, `MEDIAQUAL_CONCURRENCY="two"`)
+	t.Setenv("MEDIAQUAL_CONCURRENCY", "")
+
+	t.Setenv(EnvLayout, "cfg-2")
+	cfg, err = FromEnv(".", "")
+	require.NoError(t, err)
+	assert.Equal(t, spec.Layout("cfg-2"), cfg.Layout)
+	t.Setenv(EnvLayout, "cfg2")
+	_, err = FromEnv(".", "")
+	assert.ErrorContains(t, err, `MEDIAQUAL_LAYOUT: layout "cfg2" is not a layout`)
 }
 
 // An endpoint's departures from the contract are findings in the row, not failures; an
@@ -300,12 +349,14 @@ func TestNotComparedIsNeverAPass(t *testing.T) {
 	assert.Equal(t, spec.Implemented, row.Limits[0].Ceiling)
 }
 
-// The row's layout is what /v1/models declared: lanes and their devices, nothing when the
-// server does not say.
+// The row's layout is what /v1/models declared: the served GPU layout, lanes and their
+// devices, nothing when the server does not say.
 func TestLayoutFromTheModelsDeclaration(t *testing.T) {
 	assert.Equal(t, "1 lane", layout(api.Model{Lanes: 1}))
 	assert.Equal(t, "2 lanes, CUDA devices 0 | 1", layout(api.Model{Lanes: 2, LaneDevices: []string{"0", "1"}}))
 	assert.Equal(t, "", layout(api.Model{}))
+	assert.Equal(t, "cfg-2, 1 lane, CUDA devices 0,1", layout(api.Model{Lanes: 1, Layout: "cfg-2", LaneDevices: []string{"0,1"}}))
+	assert.Equal(t, "cfg-2, 2 lanes, CUDA devices 0,1 | 2,3", layout(api.Model{Lanes: 2, Layout: "cfg-2", LaneDevices: []string{"0,1", "2,3"}}))
 }
 
 // Task speed comes from the reported denoise phase and the row's count; without either

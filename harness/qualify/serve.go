@@ -95,10 +95,14 @@ func Serve(c *Case) (*Served, string, error) {
 // launch starts mediaserve for this row and waits for readiness.
 func (c *Case) launch() (*Served, string, error) {
 	s := &Served{Profile: wire.Mediaserve, artifactDir: filepath.Join(c.Dir, "artifacts"), ledgerPath: filepath.Join(c.Dir, "ledger.jsonl")}
+	layout, err := c.layout()
+	if err != nil {
+		return nil, "", fmt.Errorf("check launch: %w", err)
+	}
 	cfg := launch.Config{
 		Binary: c.Config.Mediaserve, URLFromStdout: true, Dir: c.Dir, GPUs: c.Config.GPUs, Env: []string{c.rootEnv()},
 		Args: []string{"-port", "0", "-model", c.Entry.ID, "-artifact-dir", s.artifactDir, "-ledger", s.ledgerPath,
-			"-engine", c.Config.Engine},
+			"-engine", c.Config.Engine, "-layout", string(layout)},
 	}
 	timeout, from, err := bundle.LoadTimeout(c.Entry)
 	if err != nil {
@@ -201,7 +205,8 @@ func (c *Case) versions(s *Served) map[string]string {
 	return v
 }
 
-// layout says how the server declared it runs the model: its lanes and their devices.
+// layout says how the server declared it runs the model: the GPU layout it serves, its lanes
+// and their devices, e.g. "cfg-2, 1 lane, CUDA devices 0,1".
 func layout(m api.Model) string {
 	if m.Lanes == 0 {
 		return "" // a server that does not say
@@ -209,6 +214,9 @@ func layout(m api.Model) string {
 	l := fmt.Sprintf("%d lane", m.Lanes)
 	if m.Lanes > 1 {
 		l += "s"
+	}
+	if m.Layout != "" {
+		l = m.Layout + ", " + l
 	}
 	if len(m.LaneDevices) > 0 {
 		l += ", CUDA devices " + strings.Join(m.LaneDevices, " | ")
