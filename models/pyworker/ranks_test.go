@@ -1,0 +1,101 @@
+package pyworker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"mediaqual/models/spec"
+	"mediaqual/server/worker"
+)
+
+// EnvTorchVenv names the virtualenv with torch, diffusers and transformers for the CPU tests of
+// several ranks; default .cache/torch-<version> under the module root, which `make torch`
+// (part of make test) builds.
+const EnvTorchVenv = "MEDIAQUAL_TORCH_VENV"
+
+// torchPython is that virtualenv's python. Its absence fails the test: these tests are the
+// only check of the multi-rank worker without a GPU, and must not quietly not run.
+func torchPython(t *testing.T) string {
+	t.Helper()
+	venv := os.Getenv(EnvTorchVenv)
+	if venv == "" {
+		root, err := filepath.Abs(filepath.Join("..", ".."))
+		require.NoError(t, err)
+		venv = filepath.Join(root, ".cache", "torch-2.11.0")
+	}
+	py := filepath.Join(venv, "bin", "python")
+	if _, err := os.Stat(py); err != nil {
+		t.Fatalf("no torch virtualenv at %s (%v): run `make torch` (make test does) or set %s", venv, err, EnvTorchVenv)
+	}
+	return py
+}
+
+// The ranks' own tests (test_ranks.py): protocol, cancel, crashes and load failures of a
+// 2-rank group over gloo, and a tiny real WanPipeline under cfg-2 and ulysses-2.
+func TestRanksPythonUnitTests(t *testing.T) { UnitTestsWith(t, torchPython(t), "test_ranks") }
+
+// syncBuffer is a log the worker's stderr copier and the test share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+func (s *syncBuffer) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// The server side of a 2-rank worker: a job, a crash of rank 1 reported as worker_crashed and
+// the whole group restarted for the next job, and a cancel that leaves the group serving.
+func TestRankedWorkerBehindTheServer(t *testing.T) {
+	var log syncBuffer
+	task := worker.New(worker.Config{
+		Argv: []string{torchPython(t), filepath.Join("testdata", "ranked_worker.py"), "--layout", "ulysses-2"},
+		Log:  &log, LoadTimeout: time.Minute,
+	})
+	t.Cleanup(func() { _ = task.Close() })
+	ctx := context.Background()
+	require.NoError(t, task.Load(ctx))
+	settings := spec.Settings{Prompt: "a fox", Size: spec.Size{W: 4, H: 2}, NumFrames: 2, FPS: 8, Steps: 3, Guidance: 1, Seed: 1}
+	run := func(ctx context.Context, prompt string) (spec.Output, error) {
+		s := settings
+		s.Prompt = prompt
+		return task.Run(ctx, spec.Request{Settings: s})
+	}
+
+	out, err := run(ctx, "a fox")
+	require.NoError(t, err)
+	v, err := out.Pixels()
+	require.NoError(t, err)
+	assert.Equal(t, bytes.Repeat([]byte{9}, 2*4*2*3), v.Pix, "(1+2) per step over 3 steps: both ranks took part")
+	assert.Equal(t, "ulysses-2", out.Actual.Layout)
+
+	_, err = run(ctx, "crash rank 1")
+	var se *spec.Error
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, worker.CodeCrashed, se.Code)
+	assert.Contains(t, se.Message, "exited with status 7: ending the group", "the crash message names the dead rank")
+
+	out, err = run(ctx, "after the crash")
+	require.NoError(t, err, "the group was restarted whole")
+	assert.Equal(t, 1, task.Restarts())
+	assert.Equal(t, 2, out.Actual.NumFrames)
+
+	cctx, cancel := context.WithTimeout(ctx, 700*time.Millisecond)
+	defer cancel()
+	s := settings
+	s.Prompt, s.Steps = "slow", 50
+	_, err = task.Run(cctx, spec.Request{Settings: s})
+	require.True(t, errors.Is(err, context.DeadlineExceeded), "got %v", err)
+	_, err = run(ctx, "after the cancel")
+	require.NoError(t, err)
+	assert.Equal(t, 1, task.Restarts(), "a cancel does not cost a restart")
+	assert.Regexp(t, `rank 1\]: rank 1 stopped at step \d+`, log.String(), "the cancel reached rank 1")
+}
