@@ -12,7 +12,7 @@ cfg-2: the two classifier-free-guidance branches on two ranks, which diffusers l
 The pipelines name the branch they are about to run with transformer.cache_context("cond" /
 "uncond") (WanPipeline, QwenImageEditPlusPipeline in diffusers 0.42.1), always "cond" first;
 CFGParallel listens to that. Whether a job runs both branches at all is the family's rule
-(guidance > 1, a negative prompt...), so the adapter sets `active` per call.
+(guidance > 1, a negative prompt...), so the adapter calls begin(active) before each call.
 """
 
 
@@ -29,25 +29,34 @@ class CFGParallel:
         self.active = False
         self.branch = None
         self.step = []  # this step's (branch, tensor) so far: the own output or a placeholder
-        self.calls = 0  # transformer calls this rank really ran (a test counts them)
+        self.seen = self.ran = 0  # the job's transformer calls, and those this rank computed
         self._context = transformer.cache_context
         self._forward = transformer.forward
         # Instance attributes shadow the class's methods; nn.Module.__call__ calls self.forward.
         transformer.cache_context = self.cache_context
         transformer.forward = self.forward
 
+    def begin(self, active):
+        """Before a pipeline call: whether it runs both branches (the family's rule)."""
+        self.active, self.step, self.seen, self.ran = active, [], 0, 0
+
+    def report(self):
+        return "cfg-2: this rank computed %d of the call's %d transformer calls" % (self.ran, self.seen)
+
     def cache_context(self, name, *args, **kwargs):
         self.branch = name
         return self._context(name, *args, **kwargs)
 
     def forward(self, *args, **kwargs):
+        self.seen += 1
         if not self.active:
+            self.ran += 1
             return self._forward(*args, **kwargs)
         if self.branch not in self.BRANCHES or kwargs.get("return_dict", True):
             raise RuntimeError("cfg-2 needs the pipeline's cache_context('cond'/'uncond') calls with "
                                "return_dict=False; got branch %r" % (self.branch,))
         if self.branch == self.own:
-            self.calls += 1
+            self.ran += 1
             out = self._forward(*args, **kwargs)[0]
         else:
             # Filled in place by the exchange below, before the pipeline reads it (it combines

@@ -112,6 +112,20 @@ class Group:
             sys.stderr.flush()
             os._exit(1)
 
+    def dead(self, wait=2.0):
+        """Rank 0, after a collective failed: the ranks that exited (waiting up to wait
+        seconds for one to), as (rank, status) pairs. A peer's death usually reaches the
+        others as a broken connection before its exit status does."""
+        import time
+
+        deadline = time.monotonic() + wait
+        for r, p in self.children:
+            try:
+                p.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        return [(r, p.returncode) for r, p in self.children if p.returncode is not None]
+
     def join(self, cuda):
         """Every rank: join the group (NCCL for tensors on the GPU, gloo on the CPU) and open the
         gloo control group."""

@@ -646,6 +646,14 @@ class Worker:
             self.error(job_id, e.code, e.message, e.param)
             return True
         except Exception as e:
+            dead = self.group.dead() if self.group is not None else []
+            if dead:
+                # Not this job's fault: a rank died under it. No answer; the server sees the
+                # group end and reports the job worker_crashed with these lines.
+                for r, status in dead:
+                    self.log("job %s: rank %d exited with status %s (%s: %s): ending the group" % (
+                        job_id, r, status, type(e).__name__, e))
+                return False
             is_oom = getattr(f, "is_oom", None)
             if is_oom and is_oom(e):
                 if self.group is None:

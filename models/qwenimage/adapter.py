@@ -192,12 +192,15 @@ class DiffusersBackend(pw.TorchBackend):
     def call(self, kwargs):
         """The native generation call; returns the image as (1, H, W, 3) uint8, made on the
         device."""
-        if self.cfg_parallel:
+        cfg = self.cfg_parallel
+        if cfg is not None:
             # QwenImageEditPlusPipeline runs true CFG when true_cfg_scale > 1 and there is a
             # negative prompt (pipeline_kwargs always passes one).
-            self.cfg_parallel.active = kwargs["true_cfg_scale"] > 1 and kwargs.get("negative_prompt") is not None
+            cfg.begin(kwargs["true_cfg_scale"] > 1 and kwargs.get("negative_prompt") is not None)
         with self.torch.inference_mode():
             out = self.pipe(**kwargs)
+            if cfg is not None:
+                log(cfg.report())
             return self.to_rgb24(out.images[:1])  # output_type="pt": (num_images, 3, H, W)
 
 

@@ -204,10 +204,14 @@ class DiffusersBackend(pw.TorchBackend):
             return self.to_rgb24(out.frames[0])
 
     def run_pipe(self, **kwargs):
-        if self.cfg_parallel:
-            # WanPipeline runs the uncond branch exactly when guidance_scale > 1.
-            self.cfg_parallel.active = kwargs["guidance_scale"] > 1.0
-        return self.pipe(**kwargs)
+        cfg = self.cfg_parallel
+        if cfg is None:
+            return self.pipe(**kwargs)
+        # WanPipeline runs the uncond branch exactly when guidance_scale > 1.
+        cfg.begin(kwargs["guidance_scale"] > 1.0)
+        out = self.pipe(**kwargs)
+        log(cfg.report())
+        return out
 
 
 # --------------------------------------------------------------------------------------------

@@ -79,7 +79,7 @@ def rank_main(rank, layout, port, broken):
     calls = counted(pipe.transformer)
     cfg = parallel.apply(pipe, layout, rank, torch)
     if cfg is not None:
-        cfg.active = True  # guidance 5 and a negative prompt: both branches run
+        cfg.begin(True)  # guidance 5 and a negative prompt: both branches run
         if broken:
             cfg._exchange = lambda: cfg.step.clear()
     frames = generate(pipe)
