@@ -142,7 +142,12 @@ func Identity(c *Case, native Native, a Artifacts) (string, error) {
 			return "", fmt.Errorf("%s (request %s): %w", s.item.key, s.RequestID, err)
 		}
 	}
-	return fmt.Sprintf("%d served artifacts byte-identical to the native path, decoded frames equal", len(a.Served)), nil
+	msg := fmt.Sprintf("%d served artifacts byte-identical to the native path, decoded frames equal", len(a.Served))
+	if l, err := c.layout(); err == nil && l != "" {
+		// Both ran it (the server fails any result of another layout); others may differ.
+		msg += fmt.Sprintf(", both under layout %s (another layout may give other bytes)", l)
+	}
+	return msg, nil
 }
 
 // Influence is the stage "influence", the reference-influence probe of image_edit: the same
