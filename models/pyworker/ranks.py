@@ -24,7 +24,6 @@ torch is imported only when a group starts: the layout parsing is testable witho
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -63,12 +62,6 @@ def rank_device(device, layout, env=os.environ):
     return device
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _die_with_parent():
     """In a child before exec: SIGKILL when rank 0 dies (Linux), so no rank outlives it."""
     try:
@@ -86,16 +79,25 @@ class Group:
         self.rank, self.world, self.log = rank, world, log
         self.children = []
         self.closing = False
+        self.store = None  # rank 0's rendezvous store, once spawn made it
 
     # ---- start (rank 0 spawns, every rank joins)
 
     def spawn(self, argv=None, env=None):
         """Rank 0: start ranks 1..world-1 running argv (default: this very command) and watch
         them. Sets the rendezvous address in this process's environment."""
+        import datetime
+
+        import torch.distributed as dist
+
         argv = argv or [sys.executable] + sys.argv
         env = dict(os.environ if env is None else env)
+        # Rank 0 hosts the rendezvous store on a port the kernel gives it while bound, so no
+        # other process can take the port between choosing and listening.
+        self.store = dist.TCPStore("127.0.0.1", 0, self.world, True, timeout=datetime.timedelta(minutes=30),
+                                    wait_for_workers=False)
         os.environ["MASTER_ADDR"] = env["MASTER_ADDR"] = "127.0.0.1"
-        os.environ["MASTER_PORT"] = env["MASTER_PORT"] = str(_free_port())
+        os.environ["MASTER_PORT"] = env["MASTER_PORT"] = str(self.store.port)
         for r in range(1, self.world):
             child_env = dict(env, **{RANK_ENV: str(r)})
             p = subprocess.Popen(argv, env=child_env, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(),
@@ -139,7 +141,10 @@ class Group:
 
         self.dist = dist
         backend = "cpu:gloo,cuda:nccl" if cuda else "gloo"
-        dist.init_process_group(backend=backend, rank=self.rank, world_size=self.world,
+        if self.store is None:  # ranks 1..: a client of rank 0's store
+            self.store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), self.world, False,
+                                       timeout=datetime.timedelta(minutes=30))
+        dist.init_process_group(backend=backend, store=self.store, rank=self.rank, world_size=self.world,
                                 timeout=datetime.timedelta(minutes=30))
         self.ctrl = dist.new_group(backend="gloo")
 
