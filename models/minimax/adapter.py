@@ -75,8 +75,9 @@ DEV with their default init (under torch.manual_seed(N)), as every L0 bundle her
 tokenizer, processor and schedulers load from the bundle as usual; pipe.update_components puts the
 models in. Memory at the real sizes: transformer 61.7 GiB, text encoder 62.1 GiB, video VAE
 5.2 GiB, audio VAE 0.6 GiB as loaded; "auto" keeps all but the text encoder on the GPU (67.5 GiB)
-and the text encoder's copy in host memory (62.1 GiB), because the ComponentsManager would first
-move all 129.6 GiB to the CPU, more than the 128 GiB a lent H200 host has.
+and the text encoder's copy in host memory (62.1 GiB; it is parked there as soon as it is drawn,
+before the transformer is), because the ComponentsManager would first move all 129.6 GiB to the
+CPU, more than the 128 GiB a lent H200 host has.
 
 torch and diffusers are imported only in DiffusersBackend (at load), so the mapping, reporting,
 rgb24 conversion and the protocol loop are importable and testable without them
@@ -348,11 +349,12 @@ def materialize(model, device, dtype, generator, std, torch):
     return n
 
 
-def build_in_memory(bundle, device, seed, torch):
+def build_in_memory(bundle, device, seed, torch, drawn=None):
     """The four models of an in-memory L0 bundle, built from its configs on device (see the module
     docstring). Returns ({name: model}, {name: parameters}). Order: the VAEs first (constructed on
     the device in fp32, then cast: their transient 10 GiB fp32 copy comes before the 124 GiB of
-    the others), then the text encoder and the transformer from one generator."""
+    the others), then the text encoder and the transformer from one generator. drawn(name, model),
+    if given, is called as each model is done (the text-encoder offload parks it there)."""
     from accelerate import init_empty_weights
     from transformers import Qwen3VLConfig
 
@@ -387,6 +389,8 @@ def build_in_memory(bundle, device, seed, torch):
                 m = cls.from_config(cls.load_config(path))
         sizes[name] = materialize(m, device, torch.bfloat16, generator, l0.INIT_STD, torch)
         models[name] = m.eval()
+        if drawn is not None:
+            drawn(name, m)
     return models, sizes
 
 
@@ -407,15 +411,23 @@ class TextEncoderOffload:
         self.on_device = None
         self.onloads = 0
 
-    def attach(self, te):
-        from accelerate.hooks import ModelHook, add_hook_to_module
-
+    def park(self, te):
+        """Makes the host copy and drops the device one (a no-op copy for a model on the CPU).
+        The in-memory build parks the text encoder as soon as it is drawn, so the GPU never holds
+        it beside the transformer (a 68 GiB load peak instead of 130)."""
+        if self.tensors is not None:
+            return
         torch = self.torch
         self.tensors = dict(list(te.named_parameters()) + list(te.named_buffers()))
         with torch.no_grad():
             self.host = {name: t.data.to("cpu") for name, t in self.tensors.items()}
         self.on_device = True
         self.place(False)
+
+    def attach(self, te):
+        from accelerate.hooks import ModelHook, add_hook_to_module
+
+        self.park(te)
         placement = self
 
         class Onload(ModelHook):
@@ -430,11 +442,15 @@ class TextEncoderOffload:
     def place(self, on_device):
         if self.tensors is None or self.on_device == on_device:
             return
+        t0 = time.perf_counter()
         for name, t in self.tensors.items():
             # copy=True: a device copy even where the device is the CPU (the tiny tests).
             t.data = self.host[name].to(self.device, copy=True) if on_device else self.host[name]
         self.on_device = on_device
         self.onloads += on_device
+        if on_device and self.device.type == "cuda":
+            self.torch.cuda.synchronize(self.device)
+            log("text encoder copied onto %s in %.1f s" % (self.device, time.perf_counter() - t0))
 
     def block(self):
         from diffusers.modular_pipelines import ModularPipelineBlocks
@@ -552,7 +568,8 @@ class DiffusersBackend(pw.TorchBackend):
             pipe.load_components(names=[n for n in pipe._component_specs if n not in build_l0.MODELS],
                                  pretrained_model_name_or_path=bundle)
             t1 = time.perf_counter()
-            models, sizes = build_in_memory(bundle, self.device, seed, torch)
+            park = (lambda name, m: placement.park(m) if name == "text_encoder" else None) if placement else None
+            models, sizes = build_in_memory(bundle, self.device, seed, torch, drawn=park)
             self.synchronize()
             pipe.update_components(**models)
             log("in-memory L0 weights (seed %d) drawn on %s in %.1f s: %s%s" % (
