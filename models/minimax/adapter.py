@@ -17,8 +17,11 @@ Configuration (argv wins over the environment):
   --device DEV          default $MEDIAQUAL_MINIMAX_DEVICE or cuda:0
   --offload MODE        "auto" (default): diffusers' ComponentsManager auto CPU offload, every
                         model kept on the CPU and moved to DEV for its forward, others evicted as
-                        memory requires (the weights do not fit one GPU at once); "none": the
-                        whole pipeline on DEV (tiny bundles, and "cpu")
+                        memory requires (the weights do not fit one GPU at once); for an
+                        in-memory L0 bundle (below) "auto" is "text-encoder"; "text-encoder":
+                        every model resident on DEV except the text encoder, which lives on the
+                        CPU and is copied to DEV for the prompt encoding and dropped from it right
+                        after; "none": the whole pipeline on DEV (tiny bundles, and "cpu")
   --warmup-steps N      before "ready", one N-step generation at the smallest legal shape (0: off)
   --layout L            single (default) or ulysses-N: the transformer over N GPUs of
                         CUDA_VISIBLE_DEVICES as N ranks (models/pyworker/ranks.py); cfg-2 is
@@ -60,6 +63,22 @@ callback_on_step_end the job passes after each step, which reports progress and 
 between steps. diffusers logs the raised Cancelled as a block error (stderr) before it reaches
 the worker.
 
+In-memory L0 bundles (models/minimax/build_l0.py): the real MiniMax-H3 is about 134 GiB of weights,
+more than the lent device's 64 GB disk, so its L0 bundle holds the configs alone, and its
+L0-RANDOM.txt marker has an "IN-MEMORY WEIGHTS (seed N)" line. For such a bundle (and only when no
+model folder holds weight files) the loader builds the four models from their config.json:
+parameters on the meta device, then materialised on DEV in their loaded dtype (bf16, fp32 where the
+class's _keep_in_fp32_modules says, matched as diffusers matches them), buffers (rotary inv_freq,
+filters) computed on the CPU by the constructors and copied over, every transformer and text-encoder
+parameter drawn from N(0, INIT_STD) by a generator on DEV seeded with N; the VAEs are constructed on
+DEV with their default init (under torch.manual_seed(N)), as every L0 bundle here keeps them. The
+tokenizer, processor and schedulers load from the bundle as usual; pipe.update_components puts the
+models in. Memory at the real sizes: transformer 61.7 GiB, text encoder 62.1 GiB, video VAE
+5.2 GiB, audio VAE 0.6 GiB as loaded; "auto" keeps all but the text encoder on the GPU (67.5 GiB)
+and the text encoder's copy in host memory (62.1 GiB; it is parked there as soon as it is drawn,
+before the transformer is), because the ComponentsManager would first move all 129.6 GiB to the
+CPU, more than the 128 GiB a lent H200 host has.
+
 torch and diffusers are imported only in DiffusersBackend (at load), so the mapping, reporting,
 rgb24 conversion and the protocol loop are importable and testable without them
 (models/minimax/test_adapter.py).
@@ -71,7 +90,10 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # models/
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # models/minimax/
 
+import build_l0  # noqa: E402  (models/minimax/build_l0.py: the in-memory marker and model classes)
+from pyworker import l0  # noqa: E402
 from pyworker import worker as pw  # noqa: E402
 from pyworker.worker import JobError, parse_size  # noqa: E402
 
@@ -79,6 +101,8 @@ PRECISION = "bf16"
 WORKFLOW = "t2va"  # text only: no keyframe, no references
 INDEX = "modular_model_index.json"  # what ModularPipeline loads a bundle by
 HOOK_NAME = "mediaqual_step_end"
+OFFLOAD_HOOK_NAME = "mediaqual_offload_text_encoder"
+OFFLOADS = ("auto", "none", "text-encoder")
 
 log = pw.logger("minimax-adapter")
 
@@ -253,6 +277,208 @@ def require_modular_bundle(bundle):
         )
 
 
+def in_memory_seed(bundle):
+    """The seed of an in-memory L0 bundle (its marker's IN-MEMORY line, no weight files), or None
+    for a bundle that holds its weights. Raises where the two disagree or a model's config.json
+    is missing: that bundle cannot load, and saying which file is wrong beats a diffusers trace."""
+    marker = os.path.join(bundle, l0.MARKER)
+    if not os.path.isfile(marker):
+        return None
+    with open(marker) as f:
+        seed = build_l0.in_memory_seed(f.read())
+    if seed is None:
+        return None
+    missing = [os.path.join(bundle, name, "config.json") for name in build_l0.MODELS
+               if not os.path.isfile(os.path.join(bundle, name, "config.json"))]
+    if missing:
+        raise RuntimeError(
+            "config-only L0 bundle %s (%s says its weights are drawn at load) lacks %s; rebuild it with "
+            "models/minimax/build_l0.py" % (bundle, l0.MARKER, ", ".join(missing)))
+    held = ["%s/%s" % (name, ", ".join(build_l0.weight_files(os.path.join(bundle, name))))
+            for name in build_l0.MODELS if build_l0.weight_files(os.path.join(bundle, name))]
+    if held:
+        raise RuntimeError(
+            "bundle %s: %s says its weights are drawn at load, but it holds weight files (%s); rebuild it "
+            "with models/minimax/build_l0.py" % (bundle, l0.MARKER, "; ".join(held)))
+    return seed
+
+
+def loaded_dtype(name, keep, dtype, torch):
+    """The dtype a load_components(dtype=dtype) gives a parameter or persistent buffer: float32
+    where a segment of its name is one of the class's _keep_in_fp32_modules (diffusers'
+    load_model_dict_into_meta rule; transformers' Qwen3-VL keeps none), else dtype."""
+    return torch.float32 if any(k in name.split(".") for k in keep) else dtype
+
+
+def materialize(model, device, dtype, generator, std, torch):
+    """A model whose parameters are on the meta device and whose buffers were computed on the
+    CPU by its constructor (accelerate's init_empty_weights(include_buffers=False)): parameters
+    and persistent floating buffers set to their loaded dtype while still on meta (so the device
+    only ever holds them at that size), storage made on device (to_empty), the constructor's
+    buffers copied back (to_empty leaves them uninitialised), and every parameter drawn from
+    N(0, std) with generator, in named_parameters order. Returns the number of parameters."""
+    keep = getattr(model, "_keep_in_fp32_modules", None) or []
+    persistent = {n for n, _ in model.named_buffers()} - {
+        (mod_name + "." if mod_name else "") + b for mod_name, mod in model.named_modules()
+        for b in getattr(mod, "_non_persistent_buffers_set", ())}
+    buffers = {}
+    for name, buf in model.named_buffers():
+        if buf.is_floating_point() and name in persistent:
+            buf = buf.to(loaded_dtype(name, keep, dtype, torch))
+        buffers[name] = buf.detach().clone()
+    for mod_name, mod in model.named_modules():
+        for pname, prm in list(mod._parameters.items()):
+            if prm is None:
+                continue
+            full = (mod_name + "." if mod_name else "") + pname
+            want = loaded_dtype(full, keep, dtype, torch) if prm.is_floating_point() else prm.dtype
+            if prm.dtype != want:
+                mod._parameters[pname] = torch.nn.Parameter(prm.data.to(want), requires_grad=prm.requires_grad)
+        for bname, buf in list(mod._buffers.items()):
+            full = (mod_name + "." if mod_name else "") + bname
+            if buf is not None and full in buffers and buf.dtype != buffers[full].dtype:
+                mod._buffers[bname] = buf.to(buffers[full].dtype)
+    model.to_empty(device=device)
+    n = 0
+    with torch.no_grad():
+        for name, buf in model.named_buffers():
+            buf.copy_(buffers[name])
+        for _, prm in model.named_parameters():
+            prm.normal_(0.0, std, generator=generator)
+            n += prm.numel()
+    return n
+
+
+def build_in_memory(bundle, device, seed, torch, drawn=None):
+    """The four models of an in-memory L0 bundle, built from its configs on device (see the module
+    docstring). Returns ({name: model}, {name: parameters}). Order: the VAEs first (constructed on
+    the device in fp32, then cast: their transient 10 GiB fp32 copy comes before the 124 GiB of
+    the others), then the text encoder and the transformer from one generator. drawn(name, model),
+    if given, is called as each model is done (the text-encoder offload parks it there)."""
+    from accelerate import init_empty_weights
+    from transformers import Qwen3VLConfig
+
+    classes = build_l0.model_classes()
+    device = torch.device(device)
+    models, sizes = {}, {}
+    torch.manual_seed(seed)  # the VAEs' default init
+    for name in ("vae", "audio_vae"):
+        cls = classes[name]
+        config = cls.load_config(os.path.join(bundle, name))
+        with device:
+            m = cls.from_config(config)
+        # Buffers as a load gives them: computed on the CPU (diffusers builds a model under
+        # init_empty_weights(include_buffers=False) and loads into it), not on the device.
+        with init_empty_weights(include_buffers=False):
+            ref = dict(cls.from_config(config).named_buffers())
+        keep = getattr(m, "_keep_in_fp32_modules", None) or []
+        with torch.no_grad():
+            for bname, buf in m.named_buffers():
+                buf.copy_(ref[bname])
+            for pname, prm in m.named_parameters():
+                prm.data = prm.data.to(loaded_dtype(pname, keep, torch.bfloat16, torch))
+        models[name], sizes[name] = m.eval(), sum(p.numel() for p in m.parameters())
+    generator = torch.Generator(device=device).manual_seed(seed)
+    for name in ("text_encoder", "transformer"):
+        cls = classes[name]
+        path = os.path.join(bundle, name)
+        with init_empty_weights(include_buffers=False):
+            if name == "text_encoder":
+                m = cls(Qwen3VLConfig.from_pretrained(path))
+            else:
+                m = cls.from_config(cls.load_config(path))
+        sizes[name] = materialize(m, device, torch.bfloat16, generator, l0.INIT_STD, torch)
+        models[name] = m.eval()
+        if drawn is not None:
+            drawn(name, m)
+    return models, sizes
+
+
+class TextEncoderOffload:
+    """Keeps the text encoder's weights in host memory and on the device only for the prompt
+    encoding (--offload text-encoder). attach() copies them to the host and hooks the model: an
+    accelerate hook copies them to the device before its forward (the text encoder step fires it
+    by hand, as it calls text_encoder.model), and block(), a step placed right after the text
+    encoder step, drops the device copy. The host copy is the master: inference never changes a
+    weight, so nothing is copied back. The hook's execution_device is also what the pipeline's
+    _execution_device reads while the text encoder, its first component, is off the device."""
+
+    def __init__(self, device, torch):
+        self.device = torch.device(device)
+        self.torch = torch
+        self.tensors = None
+        self.host = None
+        self.on_device = None
+        self.onloads = 0
+
+    def park(self, te):
+        """Makes the host copy and drops the device one (a no-op copy for a model on the CPU).
+        The in-memory build parks the text encoder as soon as it is drawn, so the GPU never holds
+        it beside the transformer (a 68 GiB load peak instead of 130)."""
+        if self.tensors is not None:
+            return
+        torch = self.torch
+        self.tensors = dict(list(te.named_parameters()) + list(te.named_buffers()))
+        with torch.no_grad():
+            self.host = {name: t.data.to("cpu") for name, t in self.tensors.items()}
+        self.on_device = True
+        self.place(False)
+
+    def attach(self, te):
+        from accelerate.hooks import ModelHook, add_hook_to_module
+
+        self.park(te)
+        placement = self
+
+        class Onload(ModelHook):
+            execution_device = self.device
+
+            def pre_forward(self, module, *args, **kwargs):
+                placement.place(True)
+                return args, kwargs
+
+        add_hook_to_module(te, Onload())
+
+    def place(self, on_device):
+        if self.tensors is None or self.on_device == on_device:
+            return
+        t0 = time.perf_counter()
+        for name, t in self.tensors.items():
+            # copy=True: a device copy even where the device is the CPU (the tiny tests).
+            t.data = self.host[name].to(self.device, copy=True) if on_device else self.host[name]
+        self.on_device = on_device
+        self.onloads += on_device
+        if on_device and self.device.type == "cuda":
+            self.torch.cuda.synchronize(self.device)
+            log("text encoder copied onto %s in %.1f s" % (self.device, time.perf_counter() - t0))
+
+    def block(self):
+        from diffusers.modular_pipelines import ModularPipelineBlocks
+
+        placement = self
+
+        class DropTextEncoder(ModularPipelineBlocks):
+            model_name = "minimax-h3"
+
+            @property
+            def description(self):
+                return "mediaqual: drops the text encoder's device copy after the prompt encoding"
+
+            @property
+            def inputs(self):
+                return []
+
+            @property
+            def intermediate_outputs(self):
+                return []
+
+            def __call__(self, components, state):
+                placement.place(False)
+                return components, state
+
+        return DropTextEncoder()
+
+
 def step_hook_block():
     """A leaf block for the denoising loop: calls the job's callback_on_step_end after each step.
     Its input becomes a pipeline input like any block's, so the job passes the callback as a call
@@ -301,26 +527,54 @@ class DiffusersBackend(pw.TorchBackend):
         self.cfg = cfg
         bundle = cfg.bundle
         require_modular_bundle(bundle)
+        seed = in_memory_seed(bundle)  # checked before torch: a broken config-only bundle says why at once
         # transformers 5.17's Qwen3VLProcessor (the processor/ component) is built on a
         # torchvision-backed video processor: without torchvision it fails to load.
         torch = self.setup(cfg.device, needs=[("torchvision", "MiniMax-H3's Qwen3VLProcessor needs it")])
         if cfg.offload == "auto" and not self.cuda:
             raise RuntimeError("--offload auto needs a CUDA device, got %s; use --offload none" % self.device)
+        offload = cfg.offload
+        if offload == "auto" and seed is not None:
+            # The ComponentsManager's first move is every model to the CPU: 129.6 GiB at the real
+            # sizes, more than a lent H200 host's 128 GiB. One GPU holds all but the text encoder.
+            offload = "text-encoder"
+        self.offload = offload
         from diffusers import ComponentsManager
         from diffusers.modular_pipelines import LoopSequentialPipelineBlocks, MiniMaxH3Blocks, MiniMaxH3ModularPipeline
 
-        log("loading %s (%s workflow) for %s, offload %s (CUDA_VISIBLE_DEVICES=%r)" % (
-            bundle, WORKFLOW, self.device, cfg.offload, os.environ.get("CUDA_VISIBLE_DEVICES")))
+        log("loading %s (%s workflow) for %s, offload %s%s (CUDA_VISIBLE_DEVICES=%r)" % (
+            bundle, WORKFLOW, self.device, offload, "" if offload == cfg.offload else " (--offload %s)" % cfg.offload,
+            os.environ.get("CUDA_VISIBLE_DEVICES")))
         t0 = time.perf_counter()
         blocks = MiniMaxH3Blocks().get_workflow(WORKFLOW)
         loops = [b for b in blocks.sub_blocks.values() if isinstance(b, LoopSequentialPipelineBlocks)]
         if len(loops) != 1:
             raise RuntimeError("expected one denoising loop in the %s blocks, found %d" % (WORKFLOW, len(loops)))
         loops[0].sub_blocks[HOOK_NAME] = step_hook_block()
-        manager = ComponentsManager() if cfg.offload == "auto" else None
+        placement = TextEncoderOffload(self.device, torch) if offload == "text-encoder" else None
+        if placement is not None:
+            names = list(blocks.sub_blocks.keys())
+            if "text_encoder" not in names:
+                raise RuntimeError("no text_encoder step in the %s blocks (%s)" % (WORKFLOW, ", ".join(names)))
+            blocks.sub_blocks.insert(OFFLOAD_HOOK_NAME, placement.block(), names.index("text_encoder") + 1)
+        manager = ComponentsManager() if offload == "auto" else None
         pipe = MiniMaxH3ModularPipeline(blocks=blocks, pretrained_model_name_or_path=bundle,
                                         components_manager=manager, collection="minimax-h3" if manager else None)
-        pipe.load_components(dtype=torch.bfloat16)
+        if seed is None:
+            pipe.load_components(dtype=torch.bfloat16)
+        else:
+            self.reset_peak()
+            # The tokenizer, processor and schedulers are files of the bundle; the models are drawn.
+            pipe.load_components(names=[n for n in pipe._component_specs if n not in build_l0.MODELS],
+                                 pretrained_model_name_or_path=bundle)
+            t1 = time.perf_counter()
+            park = (lambda name, m: placement.park(m) if name == "text_encoder" else None) if placement else None
+            models, sizes = build_in_memory(bundle, self.device, seed, torch, drawn=park)
+            self.synchronize()
+            pipe.update_components(**models)
+            log("in-memory L0 weights (seed %d) drawn on %s in %.1f s: %s%s" % (
+                seed, self.device, time.perf_counter() - t1,
+                ", ".join("%s %s params" % (n, format(sizes[n], ",")) for n in build_l0.MODELS), self.memory_note()))
         # load_components only warns about a component it could not load; an incomplete
         # pipeline must not say "ready".
         missing = pipe.null_component_names
@@ -331,22 +585,39 @@ class DiffusersBackend(pw.TorchBackend):
             raise RuntimeError("precision not as pinned: got %s, want bf16" % got)
         if manager is not None:
             manager.enable_auto_cpu_offload(device=self.device)
+        elif placement is not None:
+            for name, component in pipe.components.items():
+                if name != "text_encoder" and isinstance(component, torch.nn.Module):
+                    component.to(self.device)
+            placement.attach(pipe.text_encoder)
         else:
             pipe = pipe.to(self.device)
         pipe.set_progress_bar_config(disable=True)
         if cfg.layout:
             self.apply_layout(pipe, cfg.layout)
         self.pipe = pipe
+        self.placement = placement
         self.geometry = Geometry(
             frames_per_chunk=pipe.vae_frames_per_chunk, latents_per_chunk=pipe.vae_latents_per_chunk,
             fps=pipe.fps, min_duration=pipe.min_duration, max_duration=pipe.max_duration,
             canvas_multiple=pipe.canvas_multiple)
         g = self.geometry
-        log("loaded in %.1f s: canvas multiple %d, frames %dn+%d in %d..%d at %d fps%s" % (
+        log("loaded in %.1f s: canvas multiple %d, frames %dn+%d in %d..%d at %d fps%s%s" % (
             time.perf_counter() - t0, g.canvas_multiple, g.frames_per_chunk, g.latents_per_chunk,
-            *g.frame_range(), g.fps, self.note_weights(bundle)))
+            *g.frame_range(), g.fps, self.memory_note(), self.note_weights(bundle)))
         if cfg.warmup_steps > 0:
             self.warmup(cfg.warmup_steps)
+
+    def memory_note(self):
+        """'; GPU peak ... resident ...; host peak RSS ...' for the load log lines."""
+        import resource
+
+        note = ""
+        if self.cuda:
+            torch = self.torch
+            note = "; GPU peak %.1f GiB, resident %.1f GiB" % (
+                torch.cuda.max_memory_allocated(self.device) / 2**30, torch.cuda.memory_allocated(self.device) / 2**30)
+        return note + "; host peak RSS %.1f GiB" % (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)
 
     def warmup(self, steps):
         m = self.geometry.canvas_multiple
@@ -399,7 +670,7 @@ def parse_args(argv, env):
     p.add_argument("--bundle", help="diffusers modular snapshot directory (else $MEDIAQUAL_BUNDLE)")
     p.add_argument("--bundle-name", help="bundle under $MEDIAQUAL_BUNDLES, e.g. MiniMaxAI/MiniMax-H3")
     p.add_argument("--device", default=env.get("MEDIAQUAL_MINIMAX_DEVICE", "cuda:0"))
-    p.add_argument("--offload", choices=("auto", "none"), default="auto")
+    p.add_argument("--offload", choices=OFFLOADS, default="auto")
     p.add_argument("--warmup-steps", type=int, default=0)
     p.add_argument("--layout", type=layout_arg, help="single or ulysses-N (default: one GPU, not reported)")
     args = p.parse_args(argv)

@@ -1,12 +1,17 @@
-"""Tests of the MiniMax-H3 adapter. All but TinyPipelineTest need no torch, diffusers or numpy.
+"""Tests of the MiniMax-H3 adapter and its L0 builder (build_l0.py). The mapping, protocol,
+config and marker tests need no torch, diffusers or numpy.
 
 Run from models/minimax:  python3 -m unittest -v test_adapter
-(models/minimax/adapter_test.go runs it under `go test ./...`). TinyPipelineTest runs the real
-modular pipeline on CPU where torch, diffusers, transformers, accelerate, numpy and torchvision
-are installed, and is skipped elsewhere.
+(models/minimax/adapter_test.go runs it under `go test ./...`). TinyPipelineTest and
+InMemoryPipelineTest run the real modular pipeline on CPU where torch, diffusers, transformers,
+accelerate, numpy and torchvision are installed; RealSizeMetaTest and InMemoryBuildTest need
+torch, diffusers, transformers and accelerate; each is skipped elsewhere.
 """
 
+import json
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -14,6 +19,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import adapter  # noqa: E402
+import build_l0  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # models/
 from pyworker import testing  # noqa: E402
@@ -323,6 +329,10 @@ class ConfigTest(unittest.TestCase):
         c = adapter.parse_args(["--bundle", "/explicit", "--device", "cpu", "--offload", "none"], dict(env, MEDIAQUAL_BUNDLE="/b/one"))
         self.assertEqual((c.bundle, c.device, c.offload), ("/explicit", "cpu", "none"))
         self.assertIsNone(adapter.parse_args([], {}).bundle)
+        c = adapter.parse_args(["--offload", "text-encoder"], {})
+        self.assertEqual(c.offload, "text-encoder")
+        with self.assertRaises(SystemExit):
+            adapter.parse_args(["--offload", "cpu"], {})
 
     def test_layout(self):
         c = adapter.parse_args(["--layout", "ulysses-4"], {"MEDIAQUAL_RANK": "3"})
@@ -354,17 +364,7 @@ class ConfigTest(unittest.TestCase):
 # The real modular pipeline, tiny, on CPU
 
 
-def _byte_level_alphabet():
-    """The 256 printable stand-ins a byte-level BPE (GPT-2, Qwen) uses for raw bytes."""
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    out, extra = {}, 0
-    for b in range(256):
-        if b in keep:
-            out[b] = chr(b)
-        else:
-            out[b] = chr(256 + extra)
-            extra += 1
-    return [out[b] for b in range(256)]
+_byte_level_alphabet = build_l0.byte_level_alphabet
 
 
 def build_tiny_bundle(out):
@@ -471,6 +471,339 @@ class TinyPipelineTest(testing.RealWorkerTestCase):
         self.assertEqual(progress, [(2, 2)])
         self.proc.stdin.close()
         self.assertEqual(self.proc.wait(30), 0)
+
+
+# --------------------------------------------------------------------------------------------
+# In-memory L0 bundles (build_l0.py): configs only, weights drawn at load
+
+# The real sizes, counted on the meta device (build_l0.py --dry-run; diffusers 0.42.1,
+# transformers 5.17): parameters, and bytes as loaded in bf16 (fp32 where kept).
+REAL_PARAMS = {"transformer": 33_122_992_896, "text_encoder": 33_357_390_064, "vae": 2_603_868_984,
+               "audio_vae": 151_321_489}
+REAL_BF16_BYTES = {"transformer": 66_280_430_080, "text_encoder": 66_714_780_128, "vae": 5_569_011_760,
+                   "audio_vae": 605_285_956}
+
+
+def write_skeleton(d, drop=(), weights=()):
+    """A hand-made config-only bundle (no torch needed): the index, the marker with its IN-MEMORY
+    line, the models' config.json files less those in drop, an empty weight file for each of
+    weights."""
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, adapter.INDEX), "w") as f:
+        f.write("{}")
+    with open(os.path.join(d, "L0-RANDOM.txt"), "w") as f:
+        f.write(build_l0.marker_text(build_l0.plan(tiny=True), 7, {n: {"params": 1} for n in build_l0.MODELS}))
+    for name in build_l0.MODELS:
+        os.makedirs(os.path.join(d, name), exist_ok=True)
+        if name not in drop:
+            with open(os.path.join(d, name, "config.json"), "w") as f:
+                f.write("{}")
+        if name in weights:
+            open(os.path.join(d, name, "diffusion_pytorch_model.safetensors"), "wb").close()
+
+
+class InMemoryBundleTest(WorkerTestCase):
+    """The marker, the configs and the bundle checks: pure, no torch."""
+
+    adapter = adapter
+    fake_pipe = FakePipe
+    fake_backend = FakeBackend
+
+    def test_marker_says_in_memory_with_its_seed(self):
+        text = build_l0.marker_text(build_l0.plan(), 5, {n: {"params": REAL_PARAMS[n]} for n in build_l0.MODELS})
+        self.assertTrue(text.startswith("L0-RANDOM: this bundle holds RANDOM weights"))
+        self.assertIn("IN-MEMORY WEIGHTS (seed 5): this bundle holds no weight files", text)
+        self.assertIn("never for quality", text)
+        self.assertIn('"transformer": 33122992896', text)
+        self.assertEqual(build_l0.in_memory_seed(text), 5)
+        self.assertEqual(build_l0.in_memory_seed("IN-MEMORY WEIGHTS (seed -3): ..."), -3)
+        for other in ("", "L0-RANDOM: RANDOM weights at tiny sizes", "see: IN-MEMORY WEIGHTS (seed 1)"):
+            self.assertIsNone(build_l0.in_memory_seed(other), other)
+
+    def test_real_configs(self):
+        p = build_l0.plan()
+        t = p["transformer"]
+        self.assertEqual((t["hidden_size"], t["num_layers"], t["num_attention_heads"], t["attention_head_dim"],
+                          t["ffn_dim"], t["in_channels"], t["audio_in_channels"], t["text_dim"]),
+                         (5376, 50, 56, 128, 14336, 24, 32, 5120))
+        text, vision = p["text_encoder"]["text_config"], p["text_encoder"]["vision_config"]
+        self.assertEqual((text["hidden_size"], text["num_hidden_layers"], text["intermediate_size"],
+                          text["num_attention_heads"], text["num_key_value_heads"], text["head_dim"], text["vocab_size"]),
+                         (5120, 64, 25600, 64, 8, 128, 151936))
+        self.assertEqual((vision["depth"], vision["hidden_size"], vision["intermediate_size"], vision["num_heads"],
+                          vision["out_hidden_size"], vision["patch_size"], vision["spatial_merge_size"],
+                          vision["temporal_patch_size"], vision["deepstack_visual_indexes"],
+                          vision["num_position_embeddings"]),
+                         (27, 1152, 4304, 16, 5120, 16, 2, 2, [8, 16, 24], 2304))
+        self.assertEqual(text["hidden_size"], t["text_dim"], "the transformer reads the text encoder's hidden state")
+        self.assertEqual(vision["out_hidden_size"], text["hidden_size"])
+        self.assertEqual(p["vae"]["latent_channels"], t["in_channels"])
+        self.assertEqual(p["audio_vae"]["latent_channels"], t["audio_in_channels"])
+        self.assertEqual(p["schedulers"], {"scheduler": 12.0, "audio_scheduler": 3.0})
+        tiny = build_l0.plan(tiny=True)
+        self.assertGreater(tiny["text_encoder"]["text_config"]["num_hidden_layers"], 50, "the pipeline reads hidden_states[50]")
+        self.assertEqual(tiny["transformer"]["text_dim"], tiny["text_encoder"]["text_config"]["hidden_size"])
+        for q in (p, tiny):
+            v = q["vae"]
+            spatial = 1
+            for f in v["spatial_downsample_factors"]:
+                spatial *= f
+            self.assertEqual((spatial, v["clip_length"], v["token_drop"]), (16, 17, 3), "16x, 17n+5 frames")
+            ids = q["text_encoder"]
+            self.assertLess(max(ids["image_token_id"], ids["video_token_id"]), q["text_encoder"]["text_config"]["vocab_size"])
+
+    def test_broken_config_only_bundle_names_the_missing_file(self):
+        with tempfile.TemporaryDirectory() as d:
+            write_skeleton(d, drop=("transformer",))
+            want = os.path.join(d, "transformer", "config.json")
+            with self.assertRaises(RuntimeError) as cm:
+                adapter.DiffusersBackend(adapter.Config(d, device="cpu", offload="none"))
+            self.assertIn(want, str(cm.exception))
+            self.assertIn("build_l0.py", str(cm.exception))
+            # Through the protocol: a fatal event naming the file, exit 1.
+            self.start(load=lambda: adapter.DiffusersBackend(adapter.Config(d, device="cpu", offload="none")))
+            ev = self.out.next_event()
+            self.assertEqual(ev["event"], "fatal")
+            self.assertIn(want, ev["message"])
+            self.thread.join(5)
+            self.assertEqual(self.rc, [1])
+
+    def test_in_memory_marker_with_weight_files_is_refused(self):
+        with tempfile.TemporaryDirectory() as d:
+            write_skeleton(d, weights=("vae",))
+            with self.assertRaises(RuntimeError) as cm:
+                adapter.in_memory_seed(d)
+            self.assertIn("vae/diffusion_pytorch_model.safetensors", str(cm.exception))
+        with tempfile.TemporaryDirectory() as d:
+            write_skeleton(d)
+            self.assertEqual(adapter.in_memory_seed(d), 7)
+            os.remove(os.path.join(d, "L0-RANDOM.txt"))
+            self.assertIsNone(adapter.in_memory_seed(d), "no marker: a bundle with its weights")
+
+
+@testing.needs("torch", "diffusers", "transformers", "accelerate")
+class RealSizeMetaTest(unittest.TestCase):
+    """The real-size configs instantiate (on the meta device: no memory) with the released
+    architecture's parameter counts."""
+
+    def test_parameter_counts(self):
+        models = build_l0.meta_models(build_l0.plan())
+        sizes = build_l0.counts(models)
+        self.assertAlmostEqual(sizes["transformer"]["params"] / 1e9, 33.12, delta=0.01)
+        self.assertEqual({n: sizes[n]["params"] for n in build_l0.MODELS}, REAL_PARAMS)
+        self.assertEqual({n: sizes[n]["bf16_bytes"] for n in build_l0.MODELS}, REAL_BF16_BYTES)
+        self.assertEqual((sizes["text_encoder"]["vision_params"], sizes["text_encoder"]["lm_head_params"]),
+                         (595_266_800, 151936 * 5120))
+        self.assertTrue(all(p.is_meta for m in models.values() for p in m.parameters()))
+
+    def test_real_configs_are_the_class_defaults(self):
+        import torch
+        from diffusers import AutoencoderKLMiniMaxH3, AutoencoderKLMiniMaxH3Audio, MiniMaxH3Transformer3DModel
+
+        p = build_l0.plan()
+        with torch.device("meta"):
+            for cls, cfg in ((MiniMaxH3Transformer3DModel, p["transformer"]), (AutoencoderKLMiniMaxH3, p["vae"]),
+                             (AutoencoderKLMiniMaxH3Audio, p["audio_vae"])):
+                default = dict(cls().config)
+                for key, value in cfg.items():
+                    if key in ("latents_mean", "latents_std") and default[key] is None:
+                        continue
+                    want = list(value) if isinstance(value, (list, tuple)) else value
+                    got = default[key]
+                    got = [list(g) if isinstance(g, (list, tuple)) else g for g in got] if isinstance(got, (list, tuple)) else got
+                    want = [list(w) if isinstance(w, (list, tuple)) else w for w in want] if isinstance(want, list) else want
+                    self.assertEqual(got, want, "%s.%s" % (cls.__name__, key))
+
+    def test_dry_run_writes_nothing(self):
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "bundles")
+            proc = subprocess.run([sys.executable, os.path.join(HERE, "build_l0.py"), "--out", out, "--dry-run"],
+                                  capture_output=True, text=True, timeout=120)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            self.assertIn("33,122,992,896", proc.stdout)
+            self.assertIn("33,357,390,064", proc.stdout)
+            self.assertFalse(os.path.exists(out))
+
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def build_config_only(out, tiny=True, seed=0):
+    """build_l0.py --tiny as a subprocess, as the GPU script runs it; returns the bundle dir."""
+    argv = [sys.executable, os.path.join(HERE, "build_l0.py"), "--out", out, "--seed", str(seed)]
+    proc = subprocess.run(argv + (["--tiny"] if tiny else []), capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        raise RuntimeError("build_l0.py failed: %s" % proc.stderr[-2000:])
+    return os.path.join(out, "MiniMaxAI", "MiniMax-H3")
+
+
+@testing.needs("torch", "diffusers", "transformers", "accelerate", "torchvision")
+class InMemoryBuildTest(unittest.TestCase):
+    """The adapter's in-memory build, tiny, on CPU, against what a normal construction and the
+    real loader give."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp()
+        cls.bundle = build_config_only(cls.tmp)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def test_bundle_holds_configs_only(self):
+        files = sorted(os.path.relpath(os.path.join(r, f), self.bundle) for r, _, fs in os.walk(self.bundle) for f in fs)
+        for name in build_l0.MODELS:
+            self.assertIn(os.path.join(name, "config.json"), files)
+            self.assertEqual(build_l0.weight_files(os.path.join(self.bundle, name)), [])
+        self.assertFalse([f for f in files if f.endswith((".safetensors", ".bin"))], files)
+        with open(os.path.join(self.bundle, adapter.INDEX)) as f:
+            index = json.load(f)
+        for name in ("transformer", "text_encoder", "vae", "audio_vae", "tokenizer", "processor", "scheduler",
+                     "audio_scheduler"):
+            self.assertEqual(index[name][2]["subfolder"], name)
+        self.assertEqual(adapter.in_memory_seed(self.bundle), 0)
+
+    def test_buffers_equal_a_normal_construction(self):
+        import torch
+        from transformers import Qwen3VLConfig
+
+        models, sizes = adapter.build_in_memory(self.bundle, "cpu", 0, torch)
+        classes = build_l0.model_classes()
+        for name, m in models.items():
+            path = os.path.join(self.bundle, name)
+            if name == "text_encoder":
+                ref = classes[name](Qwen3VLConfig.from_pretrained(path))
+            else:
+                ref = classes[name].from_config(classes[name].load_config(path))
+            got, want = dict(m.named_buffers()), dict(ref.named_buffers())
+            self.assertEqual(sorted(got), sorted(want), name)
+            self.assertTrue(got, "%s has buffers (rotary inv_freq, filters)" % name)
+            for key in want:
+                self.assertEqual(got[key].dtype, want[key].dtype, key)
+                self.assertTrue(torch.equal(got[key], want[key]), "%s.%s differs from a normal construction" % (name, key))
+            self.assertEqual(sizes[name], sum(p.numel() for p in ref.parameters()))
+            self.assertFalse(any(p.is_meta for p in m.parameters()), name)
+        # N(0, INIT_STD) for the drawn ones.
+        for name in ("transformer", "text_encoder"):
+            flat = torch.cat([p.detach().float().flatten() for p in models[name].parameters()])
+            self.assertAlmostEqual(flat.std().item(), build_l0.INIT_STD, delta=0.002)
+            self.assertAlmostEqual(flat.mean().item(), 0.0, delta=0.002)
+
+    def test_dtypes_and_values_survive_the_real_loader(self):
+        """Saved with weights and loaded back by load_components(dtype=bf16): every parameter and
+        buffer has the dtype the in-memory build gave it (bf16, fp32 where kept), and the values."""
+        import torch
+        from diffusers.modular_pipelines import MiniMaxH3Blocks, MiniMaxH3ModularPipeline
+
+        models, _ = adapter.build_in_memory(self.bundle, "cpu", 0, torch)
+        saved = os.path.join(self.tmp, "with-weights")
+        pipe = MiniMaxH3Blocks().get_workflow("t2va").init_pipeline()
+        pipe.update_components(**models)
+        pipe.save_pretrained(saved, overwrite_modular_index=True)
+        for name in ("tokenizer", "processor", "scheduler", "audio_scheduler"):
+            shutil.copytree(os.path.join(self.bundle, name), os.path.join(saved, name))
+        with open(os.path.join(self.bundle, adapter.INDEX)) as f:
+            index = json.load(f)
+        for value in index.values():
+            if isinstance(value, list):
+                value[2]["pretrained_model_name_or_path"] = saved
+        with open(os.path.join(saved, adapter.INDEX), "w") as f:
+            json.dump(index, f)
+        loaded = MiniMaxH3ModularPipeline(blocks=MiniMaxH3Blocks().get_workflow("t2va"), pretrained_model_name_or_path=saved)
+        loaded.load_components(dtype=torch.bfloat16)
+        fp32 = 0
+        for name, m in models.items():
+            other = getattr(loaded, name)
+            mine = dict(list(m.named_parameters()) + list(m.named_buffers()))
+            theirs = dict(list(other.named_parameters()) + list(other.named_buffers()))
+            self.assertEqual(sorted(mine), sorted(theirs), name)
+            for key, t in mine.items():
+                self.assertEqual(t.dtype, theirs[key].dtype, "%s.%s" % (name, key))
+                self.assertTrue(torch.equal(t, theirs[key]), "%s.%s" % (name, key))
+                fp32 += t.dtype == torch.float32
+        self.assertGreater(fp32, 0, "some modules are kept in fp32")
+        self.assertEqual(models["transformer"].proj_in.weight.dtype, torch.float32)
+        self.assertEqual(models["transformer"].transformer_blocks[0].attn.to_q.weight.dtype, torch.bfloat16)
+        self.assertEqual(models["text_encoder"].lm_head.weight.dtype, torch.bfloat16)
+
+    def test_same_seed_same_weights(self):
+        import torch
+
+        a, _ = adapter.build_in_memory(self.bundle, "cpu", 0, torch)
+        b, _ = adapter.build_in_memory(self.bundle, "cpu", 0, torch)
+        c, _ = adapter.build_in_memory(self.bundle, "cpu", 1, torch)
+        for name in build_l0.MODELS:
+            pa, pb, pc = (dict(x[name].named_parameters()) for x in (a, b, c))
+            self.assertTrue(all(torch.equal(pa[k], pb[k]) for k in pa), name)
+            self.assertFalse(all(torch.equal(pa[k], pc[k]) for k in pa), name)
+
+
+@testing.needs("torch", "diffusers", "transformers", "accelerate", "numpy", "torchvision")
+class InMemoryPipelineTest(testing.RealWorkerTestCase):
+    """adapter.py (a subprocess, as mediaserve runs it) on a config-only bundle made by
+    build_l0.py --tiny: the models are drawn at load, and jobs run through the real pipeline."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp()
+        cls.bundle = build_config_only(cls.tmp)
+        cls.start_worker(cls.argv("none"))
+
+    @classmethod
+    def argv(cls, offload, bundle=None):
+        return [sys.executable, os.path.join(HERE, "adapter.py"), "--bundle", bundle or cls.bundle, "--device", "cpu",
+                "--offload", offload]
+
+    def job(self, job_id, **over):
+        s = settings(size="64x32", num_inference_steps=3)
+        s.update(over)
+        return self.run_job(job_id, s)
+
+    def test_jobs_over_in_memory_weights(self):
+        ready = self.recv()
+        self.assertEqual((ready["event"], ready["precision"], ready["weights"]), ("ready", "bf16", "L0-random"), ready)
+        ev, data, progress = self.job("a")
+        self.assertEqual(ev["event"], "result", ev)
+        self.assertEqual((ev["frames"], ev["width"], ev["height"]), (124, 64, 32))
+        self.assertEqual(len(data), 124 * 32 * 64 * 3)
+        self.assertEqual(progress, [(2, 3), (3, 3)])
+        self.assertGreater(len(set(data)), 1, "not a constant clip")
+        _, again, _ = self.job("b")
+        self.assertEqual(data, again, "same seed, same bytes")
+        _, other, _ = self.job("c", seed=43)
+        self.assertNotEqual(data, other)
+        self.proc.stdin.close()
+        self.assertEqual(self.proc.wait(30), 0)
+        # The text encoder kept on the host and copied in for each encoding: the same bytes.
+        self.proc = subprocess.Popen(self.argv("text-encoder"), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, bufsize=1)
+        try:
+            ready = self.recv()
+            self.assertEqual(ready["event"], "ready", ready)
+            for job_id in ("d", "e"):
+                ev, offloaded, _ = self.job(job_id)
+                self.assertEqual(ev["event"], "result", ev)
+                self.assertEqual(offloaded, data, "--offload text-encoder changes nothing but placement")
+            self.proc.stdin.close()
+            self.assertEqual(self.proc.wait(30), 0)
+            self.assertIn("offload text-encoder", self.proc.stderr.read())
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.proc.stdout.close()
+            self.proc.stderr.close()
+            del self.proc  # tearDownClass sees the class's (ended) worker
+
+    def test_broken_bundle_is_a_fatal_naming_the_file(self):
+        broken = os.path.join(self.tmp, "broken")
+        shutil.copytree(self.bundle, broken)
+        os.remove(os.path.join(broken, "transformer", "config.json"))
+        proc = subprocess.run(self.argv("none", broken), input="", capture_output=True, text=True, timeout=120)
+        self.assertEqual(proc.returncode, 1, proc.stderr)
+        ev = json.loads(proc.stdout.splitlines()[0])
+        self.assertEqual(ev["event"], "fatal", ev)
+        self.assertIn(os.path.join(broken, "transformer", "config.json"), ev["message"])
 
 
 if __name__ == "__main__":
