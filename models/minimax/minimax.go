@@ -1,5 +1,6 @@
-// Package minimax is MiniMax-H3, a guidance-distilled text-to-audio-video model whose weights
-// (about 351 GB) need CPU offload, run by diffusers' MiniMaxH3ModularPipeline (t2va workflow).
+// Package minimax is MiniMax-H3, a guidance-distilled text-to-audio-video model (a 33 B
+// transformer and a Qwen3-VL-32B text encoder, about 130 GiB in bf16), run by diffusers'
+// MiniMaxH3ModularPipeline (t2va workflow).
 // It generates a stereo soundtrack with the video; only the video track is qualified here.
 package minimax
 
@@ -43,10 +44,12 @@ func Entries() []spec.Entry {
 		},
 		Workload:   spec.TextToVideo,
 		NativeTask: "diffusers.MiniMaxH3ModularPipeline, t2va workflow (ComponentsManager auto CPU offload)",
-		// The weights cannot be built into an L0 bundle on the device lent here (64 GB disk,
-		// 139 GB GPU), so the adapter has run only on a tiny random bundle on CPU.
+		// Its L0 bundle is configs only (build_l0.py): the adapter draws the ~69 B random
+		// parameters in memory at load, as the lent machine's 64 GB disk cannot hold them.
+		// On one GPU the text encoder waits in host memory between encodings: ~68 GiB resident,
+		// ~130 GiB while it encodes a prompt beside the transformer.
 		Status: spec.Planned,
-		Note:   "native adapter written and unit-tested (tiny real pipeline on CPU), never run on a GPU: the ~351 GB weights do not fit the available device (64 GB disk, 139 GB GPU)",
+		Note:   "native adapter written and unit-tested (tiny real pipeline on CPU, in-memory L0 weights), never run on a GPU: scripts/gpu-runs/minimax-native.sh is its first run",
 		Bundle: "MiniMaxAI/MiniMax-H3", GPU: &spec.GPUNeeds{Count: 1, MemoryGB: 140},
 		Video: &spec.VideoContract{MinMotion: 0.5, MinStdDev: 2}, Fixtures: "t2v-prompts",
 		// As for Wan: bf16 drift across GPUs; a judgment, not yet calibrated on real weights.
