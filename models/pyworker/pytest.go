@@ -30,6 +30,46 @@ func Python(t *testing.T) string {
 	return p
 }
 
+// EnvTorchVenv names the virtualenv with torch, diffusers and transformers on the CPU
+// (scripts/torch-cpu.txt) for the tests of several ranks and of the tiny real pipelines;
+// default .cache/torch-2.11.0 in the module root, which `make torch` (part of make test) builds.
+const EnvTorchVenv = "MEDIAQUAL_TORCH_VENV"
+
+// TorchPython is that virtualenv's python. Its absence fails the test: these tests are the
+// only run of the real pipelines without a GPU, and must not quietly not run.
+func TorchPython(t *testing.T) string {
+	t.Helper()
+	venv := os.Getenv(EnvTorchVenv)
+	if venv == "" {
+		root, err := moduleRoot()
+		require.NoError(t, err)
+		venv = filepath.Join(root, ".cache", "torch-2.11.0")
+	}
+	py := filepath.Join(venv, "bin", "python")
+	if _, err := os.Stat(py); err != nil {
+		t.Fatalf("no torch virtualenv at %s (%v): run `make torch` (make test does) or set %s", venv, err, EnvTorchVenv)
+	}
+	return py
+}
+
+// moduleRoot is the directory of the go.mod above the test's working directory.
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
 func pyEnv() []string { return append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1") }
 
 // UnitTests runs a unittest module in the test's directory (a family's test_adapter, or

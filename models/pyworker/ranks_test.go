@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -17,31 +16,9 @@ import (
 	"mediaqual/server/worker"
 )
 
-// EnvTorchVenv names the virtualenv with torch, diffusers and transformers for the CPU tests of
-// several ranks; default .cache/torch-<version> under the module root, which `make torch`
-// (part of make test) builds.
-const EnvTorchVenv = "MEDIAQUAL_TORCH_VENV"
-
-// torchPython is that virtualenv's python. Its absence fails the test: these tests are the
-// only check of the multi-rank worker without a GPU, and must not quietly not run.
-func torchPython(t *testing.T) string {
-	t.Helper()
-	venv := os.Getenv(EnvTorchVenv)
-	if venv == "" {
-		root, err := filepath.Abs(filepath.Join("..", ".."))
-		require.NoError(t, err)
-		venv = filepath.Join(root, ".cache", "torch-2.11.0")
-	}
-	py := filepath.Join(venv, "bin", "python")
-	if _, err := os.Stat(py); err != nil {
-		t.Fatalf("no torch virtualenv at %s (%v): run `make torch` (make test does) or set %s", venv, err, EnvTorchVenv)
-	}
-	return py
-}
-
 // The ranks' own tests (test_ranks.py): protocol, cancel, crashes and load failures of a
 // 2-rank group over gloo, and a tiny real WanPipeline under cfg-2 and ulysses-2.
-func TestRanksPythonUnitTests(t *testing.T) { UnitTestsWith(t, torchPython(t), "test_ranks") }
+func TestRanksPythonUnitTests(t *testing.T) { UnitTestsWith(t, TorchPython(t), "test_ranks") }
 
 // syncBuffer is a log the worker's stderr copier and the test share.
 type syncBuffer struct {
@@ -61,7 +38,7 @@ func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return 
 func TestRankedWorkerBehindTheServer(t *testing.T) {
 	var log syncBuffer
 	task := worker.New(worker.Config{
-		Argv: []string{torchPython(t), filepath.Join("testdata", "ranked_worker.py"), "--layout", "ulysses-2"},
+		Argv: []string{TorchPython(t), filepath.Join("testdata", "ranked_worker.py"), "--layout", "ulysses-2"},
 		Log:  &log, LoadTimeout: time.Minute,
 	})
 	t.Cleanup(func() { _ = task.Close() })

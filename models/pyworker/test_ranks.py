@@ -245,9 +245,12 @@ class AdapterLayoutTest(unittest.TestCase):
             s.update(settings)
             p.stdin.write(json.dumps({"op": "run", "id": "j", "settings": s, "output": out}) + "\n")
             p.stdin.flush()
+            self.streamed = []  # rank 0 streams the clip as its VAE decodes, whatever the layout
             while True:
                 ev = json.loads(p.stdout.readline())
-                if ev["event"] != "progress":
+                if ev["event"] == "frames":
+                    self.streamed.append(ev["frames"])
+                elif ev["event"] != "progress":
                     break
             p.stdin.close()
             self.assertEqual(p.wait(timeout=60), 0)
@@ -270,6 +273,7 @@ class AdapterLayoutTest(unittest.TestCase):
         self.assertEqual((res2["event"], res2["actual"]["layout"]), ("result", "cfg-2"), res2)
         self.assertEqual(len(two), 5 * 48 * 64 * 3)
         self.assertEqual(one, two)
+        self.assertEqual(self.streamed, [1, 5], "rank 0 streamed the frames, once")
         # 2 steps of 2 branches, split: each rank computed its own branch only.
         self.assertIn("wan-adapter: cfg-2: this rank computed 2 of the call's 4 transformer calls", self.stderr)
         self.assertIn("wan-adapter[rank 1]: cfg-2: this rank computed 2 of the call's 4 transformer calls", self.stderr)

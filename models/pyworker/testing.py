@@ -193,7 +193,8 @@ class RealWorkerTestCase(unittest.TestCase):
 
     def run_job(self, job_id, settings, reference=None, cancel_after_first_step=False):
         """Runs one job and returns its terminal event, the output file's bytes and the
-        (done, total) progress seen."""
+        (done, total) progress seen. Its frames events go to self.streamed as (frames,
+        width, height), each checked against the file's size when it arrived."""
         out = os.path.join(self.tmp, job_id + ".rgb")
         open(out, "wb").close()
         msg = {"op": "run", "id": job_id, "settings": settings, "output": out}
@@ -201,9 +202,15 @@ class RealWorkerTestCase(unittest.TestCase):
             msg["reference"] = reference
         self.send(msg)
         progress = []
+        self.streamed = []
         while True:
             ev = self.recv()
             self.assertEqual(ev.get("id"), job_id, ev)
+            if ev["event"] == "frames":
+                n, w, h = ev["frames"], ev["width"], ev["height"]
+                self.assertGreaterEqual(os.path.getsize(out), n * w * h * 3, "announced frames are in the file")
+                self.streamed.append((n, w, h))
+                continue
             if ev["event"] != "progress":
                 with open(out, "rb") as f:
                     return ev, f.read(), progress

@@ -191,6 +191,8 @@ def rgb24(video):
     shape = video_shape(video)
     if len(shape) != 4 or shape[3] != 3:
         raise JobError("bad_pipeline_output", "expected frames of shape (F, H, W, 3), got %s" % (shape,))
+    if isinstance(video, Tail):
+        return rgb24(video.rest) if len(video.rest) else b""
     if hasattr(video, "shape"):
         import numpy as np
 
@@ -211,12 +213,94 @@ def rgb24(video):
     return bytes(buf)
 
 
-def write_frames(path, data):
-    """Overwrite path with data; return the number of bytes written."""
+def write_frames(path, data, append=False):
+    """Overwrite (or append to) path with data; return the number of bytes written."""
     n = memoryview(data).nbytes
-    with open(path, "wb") as f:
+    with open(path, "ab" if append else "wb") as f:
         f.write(data)
     return n
+
+
+class Tail:
+    """A Task's output whose first frames already went out through its FrameStream: the whole
+    clip's shape (F, H, W, 3), and the frames after the streamed ones as uint8 rows."""
+
+    def __init__(self, shape, rest):
+        self.shape = tuple(shape)
+        self.rest = rest
+
+
+class FrameStream:
+    """A job's frames written to its output file while the Task still makes them, each run of
+    frames announced with a "frames" event (docs/WORKER.md), so the server's encoder can take
+    them before the Task returns. A backend pushes uint8 (F, H, W, 3) chunks in order; one
+    thread writes them, so the pipeline never waits for the disk. On a GPU it waits for each
+    chunk's asynchronous copy to the host (pinned memory, an event per chunk), so the decode
+    is never stalled by a synchronising copy."""
+
+    def __init__(self, path, announce):
+        self.path = path
+        self.announce = announce  # announce(frames, width, height)
+        self.frames = 0  # frames pushed
+        self.written = 0  # frames written and announced
+        self.kept = []  # the pushed chunks as the backend made them (on its device)
+        self.size = None  # (height, width)
+        self.queue = None
+        self.thread = None
+        self.failure = None
+
+    def push(self, chunk, host, ready=None):
+        """chunk: the (F, H, W, 3) uint8 frames where they were made (kept for the check at the
+        end); host: the same bytes in host memory, valid once ready() returns (or now)."""
+        f, h, w = (int(d) for d in chunk.shape[:3])
+        if self.size is not None and self.size != (h, w):
+            raise JobError("bad_pipeline_output", "streamed frames changed size from %dx%d to %dx%d" % (
+                self.size[1], self.size[0], w, h))
+        self.size = (h, w)
+        self.kept.append(chunk)
+        self.frames += f
+        if self.thread is None:
+            self.queue = queue.Queue()
+            self.thread = threading.Thread(target=self._write, name="frames", daemon=True)
+            self.thread.start()
+        self.queue.put((host, ready, self.frames))
+
+    def _write(self):
+        out = None
+        while True:
+            item = self.queue.get()
+            if item is None:
+                break
+            if self.failure is not None:
+                continue  # drain
+            host, ready, frames = item
+            try:
+                if out is None:
+                    out = open(self.path, "wb")
+                if ready is not None:
+                    ready()
+                out.write(memoryview(host))
+                out.flush()
+                self.written = frames
+                self.announce(frames, self.size[1], self.size[0])
+            except Exception as e:  # surfaced by finish()
+                self.failure = e
+        if out is not None:
+            out.close()
+
+    def close(self):
+        """Ends the writer (after finish, or after a failure) without raising."""
+        if self.thread is not None:
+            self.queue.put(None)
+            self.thread.join()
+            self.thread = None
+
+    def finish(self):
+        """Waits until every pushed frame is written and announced; returns their count."""
+        self.close()
+        if self.failure is not None:
+            raise JobError("bad_pipeline_output", "writing streamed frames: %s" % self.failure)
+        return self.written
 
 
 # --------------------------------------------------------------------------------------------
@@ -256,7 +340,9 @@ class PipelineFamily:
     def recover(self):
         self.backend.recover()
 
-    def run(self, settings, reference_path, progress_cb, cancelled):
+    streams = True  # Worker.run hands run() the job's FrameStream
+
+    def run(self, settings, reference_path, progress_cb, cancelled, stream=None):
         b = self.backend
         kwargs = self.kwargs_for(b, settings, reference_path)
         if cancelled():
@@ -274,6 +360,7 @@ class PipelineFamily:
 
         kwargs["callback_on_step_end"] = on_step
         marks = getattr(b, "marks", None)
+        b.stream = stream  # a backend that can stream frames reads it during call()
         try:
             b.reset_peak()
             if marks is not None:
@@ -288,6 +375,8 @@ class PipelineFamily:
                 raise Cancelled(done[0])
         except Cancelled as c:
             raise Cancelled(c.step, "cancelled at step %d of %d" % (c.step, total))
+        finally:
+            b.stream = None
         phases = phases_ms(marks, t0, t1) if marks else {}
         actual = self.actual_for(settings, video_shape(video), done[0])
         for key in ("engine", "layout"):
@@ -433,8 +522,42 @@ class TorchBackend:
         x = frames.float()
         if not bool(torch.isfinite(x).all()):
             raise JobError("non_finite_output", "the pipeline produced non-finite values (NaN/Inf)")
-        q = x.clamp(0.0, 1.0).mul_(255.0).round_().to(torch.uint8).permute(0, 2, 3, 1).contiguous()
-        return q.cpu().numpy()
+        q = self._quantize(x)
+        s = self.stream
+        if s is None or not s.kept:
+            return q.cpu().numpy()
+        # Frames went out while the VAE decoded: they must be the clip's own first frames (the
+        # device compares them, a few ms), and only the rest crosses to the host.
+        k = s.finish()
+        if k > q.shape[0] or not torch.equal(q[:k], torch.cat(s.kept)):
+            raise JobError("stream_mismatch", "the %d streamed frames are not the first frames of the %d-frame output" % (
+                k, q.shape[0]))
+        return Tail(q.shape, q[k:].cpu().numpy())
+
+    stream = None  # the running job's FrameStream (PipelineFamily.run sets it)
+
+    def _quantize(self, x):
+        """(F, C, H, W) floats -> (F, H, W, 3) uint8 on the same device: rgb24()'s arithmetic."""
+        return x.float().clamp(0.0, 1.0).mul_(255.0).round_().to(self.torch.uint8).permute(0, 2, 3, 1).contiguous()
+
+    def stream_frames(self, frames):
+        """Hands (F, C, H, W) floats in [0, 1], the first frames of the running job's output
+        not yet streamed, to its FrameStream (a no-op outside a streamed job: warm-up, ranks
+        other than 0). Quantized as to_rgb24 does; copied to pinned host memory without
+        synchronising the device."""
+        s = self.stream
+        if s is None:
+            return
+        torch = self.torch
+        q = self._quantize(frames)
+        if q.device.type == "cuda":
+            host = torch.empty(q.shape, dtype=torch.uint8, pin_memory=True)
+            host.copy_(q, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record()
+            s.push(q, host.numpy(), done.synchronize)
+        else:
+            s.push(q, q.numpy())
 
     def instrument(self, pipe):
         """Time the pipeline's prompt encoding and VAE decode (marks for phases_ms), syncing
@@ -616,6 +739,30 @@ class Worker:
         flag = self.is_cancelled(job_id)
         return flag if self.group is None else self.group.agree(flag)
 
+    def produce(self, job_id, msg, output, reference, progress):
+        """Runs the family and leaves the job's frames in output: streamed while the Task
+        made them where the family can, the rest after. Returns (output, shape)."""
+        f = self.family
+        stream = None
+        more = {}
+        if getattr(f, "streams", False):
+            more["stream"] = stream = FrameStream(output, lambda n, w, h: self.emit(
+                {"event": "frames", "id": job_id, "frames": n, "width": w, "height": h}))
+        try:
+            out = f.run(msg.get("settings"), reference, progress, lambda: self.is_cancelled_everywhere(job_id), **more)
+            shape = frames, height, width, _ = video_shape(out.video)
+            data = rgb24(out.video)
+            streamed = stream.finish() if stream is not None else 0
+            if streamed and not isinstance(out.video, Tail):
+                raise JobError("stream_mismatch", "%d frames were streamed but the output was handed over whole" % streamed)
+            n = write_frames(output, data, append=streamed > 0) + streamed * height * width * 3
+            if n != frames * height * width * 3:
+                raise JobError("bad_pipeline_output", "wrote %d bytes, expected %d" % (n, frames * height * width * 3))
+            return out, shape
+        finally:
+            if stream is not None:
+                stream.close()  # no frames event after the job's answer, whatever it is
+
     def run(self, job_id, msg):
         """One job, ending in a result or error event. False when it failed in a way that may
         have left the pipeline (or, on several ranks, a collective) in an unknown state."""
@@ -633,12 +780,7 @@ class Worker:
                 raise JobError("invalid_request", "run's reference is not a path")
             if self.group is not None:
                 self.group.share(msg)  # the other ranks run it beside this one
-            out = f.run(msg.get("settings"), reference, progress, lambda: self.is_cancelled_everywhere(job_id))
-            frames, height, width, _ = video_shape(out.video)
-            data = rgb24(out.video)
-            n = write_frames(output, data)
-            if n != frames * height * width * 3:
-                raise JobError("bad_pipeline_output", "wrote %d bytes, expected %d" % (n, frames * height * width * 3))
+            out, (frames, height, width, _) = self.produce(job_id, msg, output, reference, progress)
         except Cancelled as c:
             self.error(job_id, "cancelled", str(c))
             return True

@@ -177,12 +177,36 @@ class DiffusersBackend(pw.TorchBackend):
         log("loaded in %.1f s: size multiple %s, frames %dk+1%s" % (
             time.perf_counter() - t0, self.size_multiple, self.frame_step, self.note_weights(bundle)))
         self.instrument(pipe)
+        self.stream_decode(pipe.vae)
         if cfg.layout:
             self.apply_layout(pipe, cfg.layout)
         self.apply_engine(pipe, cfg.engine)
         steps = max(cfg.warmup_steps, 2 if cfg.engine != "eager" else 0)
         if steps > 0:
             self.warmup(steps)
+
+    def stream_decode(self, vae):
+        """Streams the clip while the VAE decodes it: AutoencoderKLWan._decode calls its decoder
+        once a latent frame (1 frame, then 4 each), and each chunk goes to the job's frame
+        stream post-processed as WanPipeline does after the decode (unpatchify where the VAE
+        patches, the clamp to [-1, 1], VideoProcessor's denormalize). All three work frame by
+        frame, so a chunk gets the bytes its frames get in the whole clip; to_rgb24 checks that
+        on the device before the result. Tiled decoding calls the decoder per tile: no stream."""
+        from diffusers.models.autoencoders.autoencoder_kl_wan import unpatchify
+
+        decoder = vae.decoder
+        forward = decoder.forward
+        patch = vae.config.patch_size
+
+        def streamed(*args, **kwargs):
+            out = forward(*args, **kwargs)
+            if self.stream is not None and not vae.use_tiling:
+                x = out if patch is None else unpatchify(out, patch_size=patch)
+                x = (x.clamp(-1.0, 1.0) * 0.5 + 0.5).clamp(0, 1)
+                self.stream_frames(x[0].permute(1, 0, 2, 3))  # (C, F, H, W) -> (F, C, H, W)
+            return out
+
+        decoder.forward = streamed
 
     def warmup(self, steps):
         h, w = self.size_multiple

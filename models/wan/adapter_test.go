@@ -14,10 +14,14 @@ import (
 )
 
 // The Wan adapter is Python (adapter.py, a docs/WORKER.md worker); these tests run its unit
-// tests and check that it maps every row's settings the way the rows declare them. They need
-// only python3 (no torch, diffusers or numpy), and skip only where python3 is absent.
+// tests and check that it maps every row's settings the way the rows declare them.
 
-func TestAdapterPythonUnitTests(t *testing.T) { pyworker.UnitTests(t, "test_adapter") }
+// TestAdapterPythonUnitTests runs test_adapter under the CPU torch virtualenv (make torch), so
+// the tiny real pipelines run too: the protocol over a real WanPipeline, and frames streamed
+// while the VAE decodes, for Wan2.1's VAE and Wan2.2's patched one.
+func TestAdapterPythonUnitTests(t *testing.T) {
+	pyworker.UnitTestsWith(t, pyworker.TorchPython(t), "test_adapter")
+}
 
 // pinned are the family's per-checkpoint facts the adapter depends on: the UniPC flow_shift
 // (argv) and the size granularity of the pipeline (VAE spatial factor x patch), which the

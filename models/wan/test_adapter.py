@@ -5,6 +5,7 @@ Run from the repository root or from models/wan:  python3 -m unittest -v test_ad
 """
 
 import io
+import json
 import os
 import sys
 import tempfile
@@ -16,6 +17,7 @@ import adapter  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # models/
 from pyworker import testing  # noqa: E402
+from pyworker import worker as pw  # noqa: E402
 from pyworker.testing import WorkerTestCase  # noqa: E402
 import build_l0  # noqa: E402
 
@@ -367,6 +369,7 @@ class TinyPipelineTest(testing.RealWorkerTestCase):
                        check=True, stdout=subprocess.DEVNULL)
         bundle = os.path.join(cls.tmp, build_l0.VARIANTS["wan2.1-t2v-1.3b"]["bundle"])
         cls.start_worker([sys.executable, os.path.join(here, "adapter.py"), "--bundle", bundle, "--flow-shift", "3.0", "--device", "cpu"])
+        cls.ready = json.loads(cls.proc.stdout.readline() or "{}")  # before any test's job
 
     def job(self, job_id, **over):
         s = settings(size="64x48", num_frames=5, num_inference_steps=2)
@@ -375,8 +378,8 @@ class TinyPipelineTest(testing.RealWorkerTestCase):
         return ev, data
 
     def test_protocol_over_the_real_pipeline(self):
-        ready = self.recv()
-        self.assertEqual((ready["event"], ready["precision"], ready["weights"]), ("ready", "bf16", "L0-random"))
+        ready = self.ready
+        self.assertEqual((ready.get("event"), ready.get("precision"), ready.get("weights")), ("ready", "bf16", "L0-random"))
         ev, data = self.job("a")
         self.assertEqual(ev["event"], "result", ev)
         self.assertEqual((ev["frames"], ev["width"], ev["height"]), (5, 64, 48))
@@ -392,6 +395,86 @@ class TinyPipelineTest(testing.RealWorkerTestCase):
         self.assertEqual((ev["frames"], ev["width"], ev["height"], len(data)), (9, 48, 64, 9 * 64 * 48 * 3))
         self.proc.stdin.close()
         self.assertEqual(self.proc.wait(30), 0)
+
+    def test_frames_stream_while_the_vae_decodes(self):
+        """Wan's VAE decodes 1 frame, then 4 a latent frame: each chunk is announced as it is
+        written, before the result, and the file ends as the whole clip (the adapter has
+        compared the streamed frames with the clip's own on the device)."""
+        ev, data = self.job("s", num_frames=9)
+        self.assertEqual(ev["event"], "result", ev)
+        self.assertEqual(self.streamed, [(1, 64, 48), (5, 64, 48), (9, 64, 48)])
+        self.assertEqual(len(data), 9 * 48 * 64 * 3)
+
+
+@testing.needs("torch", "diffusers", "transformers", "accelerate", "numpy")
+class StreamCheckTest(unittest.TestCase):
+    """The device-side check of streamed frames, in process on the tiny bundle: frames that
+    are not the clip's own first frames fail the job (stream_mismatch), and the same job
+    without the fault streams every frame and ends in the unstreamed bytes."""
+
+    @classmethod
+    def setUpClass(cls):
+        import subprocess
+
+        here = os.path.dirname(os.path.abspath(__file__))
+        cls.tmp = tempfile.mkdtemp()
+        for variant in ("wan2.1-t2v-1.3b", "wan2.2-ti2v-5b"):
+            subprocess.run([sys.executable, os.path.join(here, "build_l0.py"), "--tiny", "--device", "cpu", "--out", cls.tmp,
+                            "--variant", variant], check=True, stdout=subprocess.DEVNULL)
+        cls.bundle = os.path.join(cls.tmp, build_l0.VARIANTS["wan2.1-t2v-1.3b"]["bundle"])
+        cls.bundle22 = os.path.join(cls.tmp, build_l0.VARIANTS["wan2.2-ti2v-5b"]["bundle"])
+
+    @classmethod
+    def tearDownClass(cls):
+        import shutil
+
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def run_family(self, family, name, streams=True, size="64x48"):
+        family.streams = streams
+        out = os.path.join(self.tmp, name)
+        worker = pw.Worker(io.StringIO(), family, lambda m: None)
+        events = []
+        worker.emit = events.append
+        worker.run(name, {"id": name, "settings": settings(size=size, num_frames=5, num_inference_steps=2),
+                          "output": out})
+        self.assertIn(events[-1]["event"], ("result", "error"), events)
+        with open(out, "rb") as f:
+            return events, f.read()
+
+    def family(self, bundle, flow_shift):
+        family = pw.PipelineFamily(lambda: adapter.DiffusersBackend(adapter.Config(bundle, flow_shift, device="cpu")),
+                                   adapter._kwargs_for, adapter._actual)
+        family.load()
+        return family
+
+    def test_wan22_streams_its_patched_vae_chunk_by_chunk(self):
+        """Wan2.2's VAE works on 2x2 patches: each chunk is unpatchified on its own."""
+        family = self.family(self.bundle22, 5.0)
+        self.assertIsNotNone(family.backend.pipe.vae.config.patch_size)
+        events, streamed = self.run_family(family, "streamed22", size="64x32")
+        self.assertEqual([(e["event"], e.get("frames")) for e in events if e["event"] != "progress"],
+                         [("frames", 1), ("frames", 5), ("result", 5)])
+        _, whole = self.run_family(family, "whole22", streams=False, size="64x32")
+        self.assertEqual(streamed, whole)
+
+    def test_streamed_frames_are_checked_against_the_clip(self):
+        family = self.family(self.bundle, 3.0)
+        events, streamed = self.run_family(family, "streamed")
+        self.assertEqual([(e["event"], e.get("frames")) for e in events if e["event"] != "progress"],
+                         [("frames", 1), ("frames", 5), ("result", 5)])
+        events, whole = self.run_family(family, "whole", streams=False)
+        self.assertEqual([e["event"] for e in events if e["event"] != "progress"], ["result"])
+        self.assertEqual(streamed, whole, "streaming changes no byte")
+
+        b = family.backend
+        push = b.stream_frames
+        b.stream_frames = lambda x: push(1.0 - x)  # frames that are not the clip's
+        try:
+            events, _ = self.run_family(family, "broken")
+        finally:
+            b.stream_frames = push
+        self.assertEqual((events[-1]["event"], events[-1]["code"]), ("error", "stream_mismatch"), events[-1])
 
 
 if __name__ == "__main__":
