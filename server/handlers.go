@@ -1,10 +1,12 @@
 package server
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"image"
 	_ "image/jpeg" // reference uploads may be JPEG
@@ -402,19 +404,39 @@ func (s *Server) respondEdit(w http.ResponseWriter, j *job, respFormat string) {
 		writeError(w, errf(http.StatusInternalServerError, "artifact_missing", "", "reading the edited image: %v", readErr))
 		return
 	}
-	item := map[string]any{}
-	if keep {
-		item["url"] = j.base + "/v1/images/" + j.id + "/content"
-	} else {
-		item["b64_json"] = base64.StdEncoding.EncodeToString(png)
-	}
-	writeJSON(w, http.StatusOK, map[string]any{
+	answer := map[string]any{
 		"id": j.id, "created": j.created.Unix(), "model": j.lane.model.Checkpoint.ID,
-		"data": []any{item}, "size": fmt.Sprintf("%dx%d", p.Actual.Width, p.Actual.Height),
+		"size": fmt.Sprintf("%dx%d", p.Actual.Width, p.Actual.Height),
 		"output_format": "png", "actual": p.Actual, "timing": timing, "sha256": p.SHA256,
 		"inference_time_s": p.TaskWall.Seconds(), "peak_memory_mb": p.PeakMemoryMB,
 		"expires_at": expiresOrNil(keep, j.expires),
-	})
+	}
+	if keep {
+		answer["data"] = []any{map[string]any{"url": j.base + "/v1/images/" + j.id + "/content"}}
+		writeJSON(w, http.StatusOK, answer)
+		return
+	}
+	writeInlineImage(w, png, answer)
+}
+
+// writeInlineImage writes the JSON answer {"data":[{"b64_json": image}], ...fields} with the
+// image base64-encoded straight into the body: encoding/json would first build the megabytes
+// of base64 as a string, then scan and copy them again (BenchmarkInlineImage).
+func writeInlineImage(w http.ResponseWriter, image []byte, fields map[string]any) {
+	var rest bytes.Buffer
+	enc := json.NewEncoder(&rest)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(fields) // "{...}\n"; fields are never empty
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	bw := bufio.NewWriterSize(w, 64<<10)
+	bw.WriteString(`{"data":[{"b64_json":"`)
+	b64 := base64.NewEncoder(base64.StdEncoding, bw)
+	b64.Write(image)
+	b64.Close()
+	bw.WriteString(`"}],`)
+	bw.Write(rest.Bytes()[1:])
+	_ = bw.Flush()
 }
 
 func expiresOrNil(keep bool, t time.Time) any {
