@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"mediaqual/fixtures"
+	"mediaqual/harness/api"
 	"mediaqual/harness/check"
 	"mediaqual/harness/media"
 	"mediaqual/models/bundle"
@@ -36,8 +37,9 @@ type Native map[string]NativeOutput
 // NativeOutput is one input's native-path artifact.
 type NativeOutput struct {
 	Path, SHA256, FramesSHA256 string
-	Raw                        string   // the raw rgb24 frames the artifact was encoded from
-	Decoded                    []string // digests of the decoded frames (or image)
+	Raw                        string     // the raw rgb24 frames the artifact was encoded from
+	Decoded                    []string   // digests of the decoded frames (or image)
+	Actual                     api.Actual // what the Task reports it ran (engine and layout included)
 }
 
 // items are the row's pinned inputs: its fixture set at its pinned settings, built once.
@@ -190,7 +192,7 @@ func Correctness(c *Case, b Bundle) (Native, string, error) {
 	if written > 0 {
 		summary += fmt.Sprintf("; wrote %d reference outputs to %s (%s=1): compared from the next run on", written, refs.dir, EnvWriteReferenceOutputs)
 	} else if refs != nil {
-		summary += "; " + refs.summary()
+		summary += "; " + refs.summary(native)
 	}
 	return native, summary + digestNote, nil
 }
@@ -245,7 +247,8 @@ func (c *Case) runNative(items []workItem) (Native, error) {
 			Product struct {
 				Path         string `json:"path"`
 				SHA256       string `json:"sha256"`
-				FramesSHA256 string `json:"frames_sha256"`
+				FramesSHA256 string     `json:"frames_sha256"`
+				Actual       api.Actual `json:"actual"`
 			} `json:"product"`
 		}
 		b, err := os.ReadFile(filepath.Join(c.Dir, "native", it.key, "actual.json"))
@@ -256,7 +259,7 @@ func (c *Case) runNative(items []workItem) (Native, error) {
 			return nil, fmt.Errorf("native path %s: reading actual.json: %w", it.key, err)
 		}
 		res[it.key] = NativeOutput{Path: rec.Product.Path, SHA256: rec.Product.SHA256, FramesSHA256: rec.Product.FramesSHA256,
-			Raw: filepath.Join(c.Dir, "native", it.key, "frames.rgb")}
+			Raw: filepath.Join(c.Dir, "native", it.key, "frames.rgb"), Actual: rec.Product.Actual}
 	}
 	return res, nil
 }

@@ -146,7 +146,8 @@ func TestReferenceOutputsAreCompared(t *testing.T) {
 
 	r, errs := run()
 	require.Empty(t, errs)
-	assert.Contains(t, r.summary(), "carries no reference outputs", "absent: said, not passed off as compared")
+	runNative := Native{"cat-sepia": {Actual: api.Actual{Engine: "eager"}}, "dog-grey": {Actual: api.Actual{Engine: "eager"}}}
+	assert.Contains(t, r.summary(runNative), "carries no reference outputs", "absent: said, not passed off as compared")
 
 	writePNG(filepath.Join(refs, "cat-sepia.png"), 0)
 	_, errs = run()
@@ -156,7 +157,8 @@ func TestReferenceOutputsAreCompared(t *testing.T) {
 	writePNG(filepath.Join(refs, "dog-grey.png"), 1)
 	r, errs = run()
 	require.Empty(t, errs)
-	assert.Equal(t, "2 outputs match the bundle's reference outputs (lowest mean SSIM 1.000, at least 0.850)", r.summary())
+	assert.Equal(t, "2 outputs match the bundle's reference outputs (lowest mean SSIM 1.000, at least 0.850; "+
+		"made elsewhere (no recipe.json): their engine and layout are unknown)", r.summary(runNative))
 
 	writePNG(filepath.Join(refs, "dog-grey.png"), 23) // another output for the same input
 	r, errs = run()
@@ -171,7 +173,7 @@ func TestReferenceOutputsAreCompared(t *testing.T) {
 	for key, shift := range map[string]int{"cat-sepia": 0, "dog-grey": 1} {
 		p := filepath.Join(dir, "native", key+".png")
 		writePNG(p, shift)
-		native[key] = NativeOutput{Path: p}
+		native[key] = NativeOutput{Path: p, Actual: api.Actual{Steps: 20, Seed: 42, Precision: "bf16", Engine: "regional-compile", Layout: "single"}}
 	}
 	w := &referenceOutputs{dir: refs}
 	n, err := w.write(native, spec.ImageEdit, false)
@@ -184,6 +186,21 @@ func TestReferenceOutputsAreCompared(t *testing.T) {
 	r, errs = run()
 	assert.Empty(t, errs)
 	assert.Equal(t, 2, r.compared, "the next run holds the outputs to them")
+	assert.Contains(t, r.summary(native), "made with this run's runtime (engine regional-compile, layout single)")
+
+	// Keyed by runtime: a later run under another engine or layout is told so, per input.
+	other := Native{}
+	for key, n := range native {
+		n.Actual.Engine = "eager"
+		if key == "dog-grey" {
+			n.Actual.Layout = "cfg-2"
+		}
+		other[key] = n
+	}
+	assert.Contains(t, r.summary(other), "another runtime, so bytes may differ (cat-sepia: made with engine regional-compile, layout single, "+
+		"this run engine eager, layout single; dog-grey: made with engine regional-compile, layout single, this run engine eager, layout cfg-2)")
+	require.NoError(t, os.WriteFile(filepath.Join(refs, recipeFile), []byte("{"), 0o644))
+	assert.Contains(t, r.summary(native), "their recipe.json is unreadable")
 }
 
 // fakeBundle writes a bundle directory for row e as `hf download --revision commit --local-dir`

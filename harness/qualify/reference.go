@@ -1,15 +1,21 @@
 package qualify
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"image"
 	"io/fs"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
+	"mediaqual/harness/api"
 	"mediaqual/harness/check"
 	"mediaqual/models/bundle"
 	"mediaqual/models/spec"
@@ -69,6 +75,7 @@ func (r *referenceOutputs) write(native Native, w spec.Capability, asked bool) (
 	if err := os.MkdirAll(r.dir, 0o755); err != nil {
 		return 0, err
 	}
+	rec := recipe{WrittenBy: "mediaqual's correctness stage (" + EnvWriteReferenceOutputs + "=1): the native path's outputs", Inputs: map[string]api.Actual{}}
 	for key, n := range native {
 		b, err := os.ReadFile(n.Path)
 		if err == nil {
@@ -77,9 +84,64 @@ func (r *referenceOutputs) write(native Native, w spec.Capability, asked bool) (
 		if err != nil {
 			return 0, fmt.Errorf("writing reference outputs: %w", err)
 		}
+		rec.Inputs[key] = n.Actual
+	}
+	b, err := json.MarshalIndent(rec, "", "  ")
+	if err == nil {
+		err = os.WriteFile(filepath.Join(r.dir, recipeFile), append(b, '\n'), 0o644)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("writing reference outputs: %w", err)
 	}
 	r.written = true
 	return len(native), nil
+}
+
+// recipeFile, beside reference outputs this suite wrote, says what the native path ran for
+// each (settings, precision, engine, layout): outputs keyed by their runtime, so a later
+// comparison can say whether it ran the same one. Outputs made upstream carry none.
+const recipeFile = "recipe.json"
+
+type recipe struct {
+	WrittenBy string                `json:"written_by"`
+	Inputs    map[string]api.Actual `json:"inputs"`
+}
+
+// runtimeNote says how this run's runtime (engine, layout) stands to the one the reference
+// outputs were made with: the same, another (bytes may then differ; the SSIM criterion still
+// holds them), or unknown (made elsewhere, no recipe).
+func (r *referenceOutputs) runtimeNote(native Native) string {
+	b, err := os.ReadFile(filepath.Join(r.dir, recipeFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return "made elsewhere (no " + recipeFile + "): their engine and layout are unknown"
+	}
+	var rec recipe
+	if err == nil {
+		err = json.Unmarshal(b, &rec)
+	}
+	if err != nil {
+		return fmt.Sprintf("their %s is unreadable (%v)", recipeFile, err)
+	}
+	runtime := func(a api.Actual) string {
+		return fmt.Sprintf("engine %s, layout %s", cmp.Or(a.Engine, "-"), cmp.Or(a.Layout, "-"))
+	}
+	var other []string
+	for _, key := range slices.Sorted(maps.Keys(native)) {
+		was, ok := rec.Inputs[key]
+		now := native[key].Actual
+		if !ok {
+			other = append(other, key+": not in "+recipeFile)
+		} else if runtime(was) != runtime(now) {
+			other = append(other, fmt.Sprintf("%s: made with %s, this run %s", key, runtime(was), runtime(now)))
+		}
+	}
+	if len(other) > 0 {
+		return "another runtime, so bytes may differ (" + strings.Join(other, "; ") + ")"
+	}
+	for _, key := range slices.Sorted(maps.Keys(native)) {
+		return "made with this run's runtime (" + runtime(native[key].Actual) + ")"
+	}
+	return "no outputs to place"
 }
 
 func (r *referenceOutputs) present() bool {
@@ -87,9 +149,10 @@ func (r *referenceOutputs) present() bool {
 	return !errors.Is(err, fs.ErrNotExist)
 }
 
-func (r *referenceOutputs) summary() string {
+func (r *referenceOutputs) summary(native Native) string {
 	if !r.present() {
 		return "the bundle carries no reference outputs (" + spec.ReferenceOutputsDir + "/): not compared"
 	}
-	return fmt.Sprintf("%d outputs match the bundle's reference outputs (lowest mean SSIM %.3f, at least %.3f)", r.compared, r.lowest, r.c.MinSSIM)
+	return fmt.Sprintf("%d outputs match the bundle's reference outputs (lowest mean SSIM %.3f, at least %.3f; %s)",
+		r.compared, r.lowest, r.c.MinSSIM, r.runtimeNote(native))
 }
