@@ -406,7 +406,7 @@ func (s *Server) respondEdit(w http.ResponseWriter, j *job, respFormat string) {
 	}
 	answer := map[string]any{
 		"id": j.id, "created": j.created.Unix(), "model": j.lane.model.Checkpoint.ID,
-		"size": fmt.Sprintf("%dx%d", p.Actual.Width, p.Actual.Height),
+		"size":          fmt.Sprintf("%dx%d", p.Actual.Width, p.Actual.Height),
 		"output_format": "png", "actual": p.Actual, "timing": timing, "sha256": p.SHA256,
 		"inference_time_s": p.TaskWall.Seconds(), "peak_memory_mb": p.PeakMemoryMB,
 		"expires_at": expiresOrNil(keep, j.expires),

@@ -245,8 +245,8 @@ func (c *Case) runNative(items []workItem) (Native, error) {
 	for _, it := range items {
 		var rec struct {
 			Product struct {
-				Path         string `json:"path"`
-				SHA256       string `json:"sha256"`
+				Path         string     `json:"path"`
+				SHA256       string     `json:"sha256"`
 				FramesSHA256 string     `json:"frames_sha256"`
 				Actual       api.Actual `json:"actual"`
 			} `json:"product"`
