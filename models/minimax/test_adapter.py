@@ -423,6 +423,19 @@ def build_tiny_bundle(out):
         f.write("RANDOM weights at tiny sizes (models/minimax/test_adapter.py): mechanics only, never quality.\n")
 
 
+
+def first_job(test):
+    """A tiny real worker's ready line and first job at 64x32, 124 frames, 3 steps (2
+    transformer calls, each reported by the hook in the real loop); returns its result and frames."""
+    ready = test.recv()
+    test.assertEqual((ready["event"], ready["precision"], ready["weights"]), ("ready", "bf16", "L0-random"), ready)
+    ev, data, progress = test.job("a")
+    test.assertEqual(ev["event"], "result", ev)
+    test.assertEqual((ev["frames"], ev["width"], ev["height"]), (124, 64, 32))
+    test.assertEqual(len(data), 124 * 32 * 64 * 3)
+    test.assertEqual(progress, [(2, 3), (3, 3)])
+    return ev, data
+
 @testing.needs("torch", "diffusers", "transformers", "accelerate", "numpy", "torchvision")
 class TinyPipelineTest(testing.RealWorkerTestCase):
     """The real path end to end, on CPU: a tiny bundle of the real MiniMax-H3 component classes,
@@ -443,13 +456,7 @@ class TinyPipelineTest(testing.RealWorkerTestCase):
         return self.run_job(job_id, s, cancel_after_first_step=cancel_after_first_step)
 
     def test_protocol_over_the_real_pipeline(self):
-        ready = self.recv()
-        self.assertEqual((ready["event"], ready["precision"], ready["weights"]), ("ready", "bf16", "L0-random"), ready)
-        ev, data, progress = self.job("a")
-        self.assertEqual(ev["event"], "result", ev)
-        self.assertEqual((ev["frames"], ev["width"], ev["height"]), (124, 64, 32))
-        self.assertEqual(len(data), 124 * 32 * 64 * 3)
-        self.assertEqual(progress, [(2, 3), (3, 3)], "the hook in the real loop: 3 steps, 2 transformer calls")
+        ev, data = first_job(self)
         self.assertEqual(ev["actual"], {
             "num_frames": 124, "width": 64, "height": 32, "fps": 24, "duration_s": 124 / 24,
             "num_inference_steps": 3, "guidance": 1.0, "seed": 0, "precision": "bf16"})
@@ -761,13 +768,7 @@ class InMemoryPipelineTest(testing.RealWorkerTestCase):
         return self.run_job(job_id, s)
 
     def test_jobs_over_in_memory_weights(self):
-        ready = self.recv()
-        self.assertEqual((ready["event"], ready["precision"], ready["weights"]), ("ready", "bf16", "L0-random"), ready)
-        ev, data, progress = self.job("a")
-        self.assertEqual(ev["event"], "result", ev)
-        self.assertEqual((ev["frames"], ev["width"], ev["height"]), (124, 64, 32))
-        self.assertEqual(len(data), 124 * 32 * 64 * 3)
-        self.assertEqual(progress, [(2, 3), (3, 3)])
+        ev, data = first_job(self)
         self.assertGreater(len(set(data)), 1, "not a constant clip")
         _, again, _ = self.job("b")
         self.assertEqual(data, again, "same seed, same bytes")
