@@ -155,11 +155,15 @@ func (s *Server) execute(l *lane, i int, j *job) {
 		j.progress = min(99, done*100/total) // 100 only once the artifact exists
 		s.mu.Unlock()
 	}
-	// The clip's encoder starts with the Task, so its start-up is not in the job's latency.
-	// Failing to start here is not an error yet: encode starts it again and reports that.
+	// The clip's encoder starts with the Task, so its start-up is not in the job's latency,
+	// and takes the frames the Task hands over while it still runs, so only the last ones are
+	// left to encode when it returns. Failing to start here is not an error yet: encode
+	// starts it again and reports that.
 	var mp4 *encode.MP4Encoder
 	if j.kind == spec.TextToVideo {
-		mp4, _ = encode.StartMP4(j.ctx, j.path, req.Size.W, req.Size.H, s.fault.fps(req.FPS))
+		if mp4, _ = encode.StartMP4(j.ctx, j.path, req.Size.W, req.Size.H, s.fault.fps(req.FPS)); mp4 != nil {
+			req.Frames = mp4.Stream
+		}
 	}
 	g, err := generate(j.ctx, l.tasks[i], l.model.Checkpoint, j.kind, req, s.fault)
 	g.mp4 = mp4
@@ -267,7 +271,7 @@ func (j *job) timing() *Timing {
 	}
 	if p := j.product; p != nil {
 		t.TaskCallWallMS, t.EncodeMS, t.HandoverMS = ms(p.TaskWall), ms(p.Encode), ms(p.Handover)
-		t.TaskPhasesMS = p.Phases
+		t.TaskPhasesMS, t.StreamedFrames = p.Phases, p.StreamedFrames
 		// The rest is the server's own work around them: checks, file digest, bookkeeping.
 		t.OtherMS = math.Round(max(0, t.TotalMS-t.QueueMS-t.TaskCallWallMS-t.HandoverMS-t.EncodeWaitMS-t.EncodeMS)*1000) / 1000
 	}

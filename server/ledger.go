@@ -64,6 +64,7 @@ type Timing struct {
 	EncodeMS       float64            `json:"encode_ms"`                // encoder, with the raw frames digested meanwhile
 	OtherMS        float64            `json:"other_ms"`                 // the rest: checks, artifact digest, bookkeeping
 	TotalMS        float64            `json:"total_ms"`                 // accepted -> completed, as the server saw it
+	StreamedFrames int                `json:"streamed_frames"`          // not a part: frames that reached the encoder before the Task returned
 }
 
 type ledger struct {

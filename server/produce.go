@@ -18,16 +18,17 @@ import (
 
 // Product is one finished generation: the encoded artifact and what was really produced.
 type Product struct {
-	Path         string             `json:"path"`
-	SHA256       string             `json:"sha256"`
-	Bytes        int64              `json:"bytes"`
-	FramesSHA256 string             `json:"frames_sha256"` // over the Task's raw frames as RGBA, before encoding
-	Actual       spec.Actual        `json:"actual"`
-	TaskWall     time.Duration      `json:"-"`
-	Phases       map[string]float64 `json:"-"`
-	Handover     time.Duration      `json:"-"`
-	Encode       time.Duration      `json:"-"`
-	PeakMemoryMB float64            `json:"peak_memory_mb"`
+	Path           string             `json:"path"`
+	SHA256         string             `json:"sha256"`
+	Bytes          int64              `json:"bytes"`
+	FramesSHA256   string             `json:"frames_sha256"` // over the Task's raw frames as RGBA, before encoding
+	Actual         spec.Actual        `json:"actual"`
+	TaskWall       time.Duration      `json:"-"`
+	Phases         map[string]float64 `json:"-"`
+	Handover       time.Duration      `json:"-"`
+	Encode         time.Duration      `json:"-"`
+	StreamedFrames int                `json:"-"` // handed to the encoder before the Task returned; 0: encoded from scratch
+	PeakMemoryMB   float64            `json:"peak_memory_mb"`
 }
 
 // A generation is two halves, generate (the Task and the checks of what it produced) and
@@ -79,10 +80,11 @@ func (g generated) encode(ctx context.Context, path string, f *fault) (Product, 
 	var err error
 	switch {
 	case g.mp4 != nil && g.mp4.Fits(v):
+		p.StreamedFrames = g.mp4.Streamed() / v.FrameBytes()
 		err = g.mp4.Encode(v)
 	case g.capability == spec.TextToVideo:
 		if g.mp4 != nil {
-			g.mp4.Abort() // a fault changed the frames' size
+			g.mp4.Abort() // a fault changed the frames (their size, or those streamed)
 		}
 		err = encode.MP4(ctx, path, v, f.fps(g.req.FPS))
 	default:

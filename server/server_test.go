@@ -463,3 +463,29 @@ func TestLanesServeInParallel(t *testing.T) {
 	assert.NotContains(t, m, "layout")
 	assert.NotContains(t, m, "layouts")
 }
+
+// TestStreamedClipAndFaults: ref-t2v streams every frame into the encoder before it returns;
+// a fault that replaces or shortens the frames after the Task makes the server encode them
+// from scratch (nothing streamed counts), and the MP4 shows the fault.
+func TestStreamedClipAndFaults(t *testing.T) {
+	fields := map[string]string{"model": "ref-t2v", "prompt": "a red ball", "size": "160x96", "num_frames": "9", "num_inference_steps": "2"}
+	for _, tc := range []struct {
+		fault            string
+		streamed, frames int
+	}{{"", 9, 9}, {"wrong-frame-count", 0, 8}, {"nondeterministic", 0, 9}} {
+		t.Run("fault "+tc.fault, func(t *testing.T) {
+			e := start(t, server.Config{Fault: tc.fault})
+			id := e.postForm(t, "/v1/videos", fields).json(t)["id"].(string)
+			done := e.waitVideo(t, id)
+			require.Equal(t, "completed", done["status"], "%v", done["error"])
+			assert.EqualValues(t, tc.streamed, done["timing"].(map[string]any)["streamed_frames"])
+			c := e.do(t, "GET", "/v1/videos/"+id+"/content", "", nil)
+			require.Equal(t, 200, c.status)
+			path := filepath.Join(t.TempDir(), "clip.mp4")
+			require.NoError(t, os.WriteFile(path, c.body, 0o644))
+			p, err := media.FFprobe(context.Background(), path)
+			require.NoError(t, err)
+			assert.Equal(t, tc.frames, p.Frames)
+		})
+	}
+}

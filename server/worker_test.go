@@ -268,3 +268,28 @@ func TestWorkerLayoutIsChecked(t *testing.T) {
 		})
 	}
 }
+
+// TestWorkerStreamsIntoTheEncoder: a worker that announces its frames while it decodes gives
+// the artifact of one that does not, byte for byte; the frames it announced reached the
+// encoder before its Task returned, and timing and the ledger say how many.
+func TestWorkerStreamsIntoTheEncoder(t *testing.T) {
+	plain, streaming := newWorkerLane(t, "plain", "ok"), newWorkerLane(t, "streaming", "stream")
+	e := start(t, server.Config{Models: []server.Model{plain.model, streaming.model}})
+	got := map[string]map[string]any{}
+	for _, model := range []string{"plain", "streaming"} {
+		id := e.postForm(t, "/v1/videos", map[string]string{"model": model, "prompt": "a fox", "num_frames": "13", "seed": "5"}).json(t)["id"].(string)
+		got[model] = e.waitVideo(t, id)
+		require.Equal(t, "completed", got[model]["status"], "%v", got[model]["error"])
+	}
+	assert.Equal(t, got["plain"]["sha256"], got["streaming"]["sha256"], "the same MP4")
+	assert.EqualValues(t, 0, got["plain"]["timing"].(map[string]any)["streamed_frames"])
+	assert.EqualValues(t, 9, got["streaming"]["timing"].(map[string]any)["streamed_frames"], "1, then 4 and 4; the last 4 came with the result")
+	for _, en := range e.ledger.entries(t) {
+		if en.Event == "job" {
+			assert.Equal(t, patternFramesSHA256(5, 13, 64, 48), en.Output.FramesSHA256, en.Model)
+			assert.Equal(t, map[string]int{"plain": 0, "streaming": 9}[en.Model], en.Timing.StreamedFrames, en.Model)
+		}
+	}
+	require.NoError(t, e.srv.Close())
+	assert.Empty(t, dirNames(t, streaming.scratch), "worker scratch dir")
+}

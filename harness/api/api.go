@@ -80,6 +80,7 @@ type Timing struct {
 	EncodeMS       float64            `json:"encode_ms"`
 	OtherMS        float64            `json:"other_ms"`
 	TotalMS        float64            `json:"total_ms"`
+	StreamedFrames int                `json:"streamed_frames"` // not a part: frames that reached the encoder before the Task returned
 }
 
 // Video is the video object of POST and GET /v1/videos. Timing appears once the job has

@@ -94,9 +94,22 @@ func editReq(id, prompt string, ref image.Image, mut func(*spec.Settings)) spec.
 	return spec.Request{Settings: s, Reference: ref}
 }
 
+// rgba is out's frames as images: ref-t2v hands its clip over as packed rgb24, the image
+// Tasks as images.
+func rgba(out spec.Output) []*image.RGBA {
+	if out.Video == nil {
+		return out.Frames
+	}
+	fr := make([]*image.RGBA, out.Video.N)
+	for i := range fr {
+		fr[i] = out.Video.RGBA(i)
+	}
+	return fr
+}
+
 func frameBytes(out spec.Output) [][]byte {
 	var b [][]byte
-	for _, f := range out.Frames {
+	for _, f := range rgba(out) {
 		b = append(b, f.Pix)
 	}
 	return b
@@ -188,8 +201,12 @@ func TestOutputContract(t *testing.T) {
 			if tc.id == "ref-t2v" {
 				wantFrames = s.NumFrames
 			}
-			require.Len(t, out.Frames, wantFrames)
-			for _, f := range out.Frames {
+			if tc.id == "ref-t2v" {
+				require.NotNil(t, out.Video, "ref-t2v hands over packed rgb24")
+				require.NoError(t, out.Video.Check())
+			}
+			require.Len(t, rgba(out), wantFrames)
+			for _, f := range rgba(out) {
 				require.Equal(t, image.Rect(0, 0, s.Size.W, s.Size.H), f.Rect)
 				require.Equal(t, 4*s.Size.W, f.Stride)
 				require.Len(t, f.Pix, 4*s.Size.W*s.Size.H)
@@ -275,7 +292,7 @@ func TestT2VEverySettingChangesOutput(t *testing.T) {
 func TestT2VGuidanceIsSaturation(t *testing.T) {
 	sat := func(g float64) float64 {
 		out := run(t, "ref-t2v", t2vReq(func(s *spec.Settings) { s.Size, s.NumFrames, s.Steps, s.Guidance = spec.Size{W: 160, H: 96}, 5, 10, g }))
-		p := out.Frames[2].Pix
+		p := rgba(out)[2].Pix
 		var sum float64
 		for i := 0; i < len(p); i += 4 {
 			sum += float64(max(p[i], p[i+1], p[i+2]) - min(p[i], p[i+1], p[i+2]))
@@ -293,7 +310,8 @@ func TestT2VMotion(t *testing.T) {
 		for _, sz := range []spec.Size{{W: 320, H: 192}, {W: 160, H: 96}} {
 			t.Run(sz.String(), func(t *testing.T) {
 				out := run(t, "ref-t2v", t2vReq(func(s *spec.Settings) { s.FPS, s.Size = fps, sz }))
-				for i, f := range out.Frames {
+				frames := rgba(out)
+				for i, f := range frames {
 					var mean, sq float64
 					for j := 0; j < len(f.Pix); j++ {
 						if j%4 != 3 {
@@ -306,7 +324,7 @@ func TestT2VMotion(t *testing.T) {
 					mean /= n
 					assert.Greater(t, math.Sqrt(sq/n-mean*mean), 20.0, "frame %d nearly constant", i)
 					if i > 0 {
-						d := meanAbsDiff(out.Frames[i-1].Pix, f.Pix)
+						d := meanAbsDiff(frames[i-1].Pix, f.Pix)
 						assert.Greater(t, d, 2.0, "fps %d frames %d→%d differ by %.2f", fps, i-1, i, d)
 					}
 				}
@@ -326,7 +344,7 @@ func TestT2IIsFrameZeroAndIgnoresReference(t *testing.T) {
 
 	// ref-t2i's guidance 1 is ref-t2v's 5: both neutral saturation.
 	v := run(t, "ref-t2v", t2vReq(func(s *spec.Settings) { s.Prompt, s.Size, s.NumFrames = "a lighthouse", spec.Size{W: 256, H: 256}, 5 }))
-	assert.True(t, bytes.Equal(v.Frames[0].Pix, a.Frames[0].Pix), "ref-t2i renders ref-t2v's first frame")
+	assert.True(t, bytes.Equal(rgba(v)[0].Pix, a.Frames[0].Pix), "ref-t2i renders ref-t2v's first frame")
 }
 
 // at returns the RGB of pixel (x, y).
@@ -623,6 +641,7 @@ func TestProgressAndCancellation(t *testing.T) {
 			out, err := runErr(t, ctx, id, req)
 			assert.ErrorIs(t, err, context.Canceled)
 			assert.Nil(t, out.Frames)
+			assert.Nil(t, out.Video)
 			assert.Equal(t, 2, calls, "no step runs after cancellation")
 		})
 	}
@@ -668,5 +687,34 @@ func BenchmarkRefEditDefault(b *testing.B) {
 		if _, err := task.Run(context.Background(), req); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestT2VStreamsItsFrames: ref-t2v hands each frame to Request.Frames as soon as its last
+// step is done (before the last progress call), as a slice of the clip it returns, and the
+// clip is the one it renders without a sink.
+func TestT2VStreamsItsFrames(t *testing.T) {
+	req := t2vReq(func(s *spec.Settings) { s.Size, s.NumFrames, s.Steps = spec.Size{W: 160, H: 96}, 9, 3 })
+	plain := run(t, "ref-t2v", req)
+
+	var events []string
+	var chunks [][]byte
+	req.Progress = func(done, total int) { events = append(events, fmt.Sprintf("step %d", done)) }
+	req.Frames = func(pix []byte) {
+		events = append(events, "frame")
+		chunks = append(chunks, pix)
+	}
+	out := run(t, "ref-t2v", req)
+	require.NotNil(t, out.Video)
+	assert.Equal(t, plain.Video.Pix, out.Video.Pix, "streaming changes no byte")
+	want := []string{"step 1", "step 2"}
+	for range 9 {
+		want = append(want, "frame")
+	}
+	assert.Equal(t, append(want, "step 3"), events)
+	fb := out.Video.FrameBytes()
+	for i, c := range chunks {
+		require.Len(t, c, fb)
+		require.Same(t, &out.Video.Pix[i*fb], &c[0], "frame %d is the clip's own bytes", i)
 	}
 }

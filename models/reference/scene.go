@@ -193,6 +193,7 @@ type clipParams struct {
 	steps    int
 	sat      float64
 	progress func(done, total int)
+	final    func(f int, frame *image.RGBA) // frame f is final (its last step is done)
 }
 
 // renderClip runs the shared sampler: every frame starts as seeded noise, and each step is a
@@ -226,6 +227,9 @@ func renderClip(ctx context.Context, p clipParams) ([]*image.RGBA, error) {
 		}
 		for f := range frames {
 			refine(frames[f].Pix, targets[f])
+			if s == p.steps && p.final != nil {
+				p.final(f, frames[f])
+			}
 		}
 		if p.progress != nil {
 			p.progress(s, p.steps)

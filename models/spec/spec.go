@@ -200,6 +200,13 @@ type Request struct {
 	ReferenceFile []byte
 	// Progress, when set, is called as denoising steps complete.
 	Progress func(done, total int)
+	// Frames, when set, is where a Task may hand over its output while it still runs (the
+	// server's clip encoder, so a clip encodes while the rest of it is still decoded). The
+	// Task calls it before Run returns, in order, with consecutive runs of its output's packed
+	// rgb24 bytes: their concatenation is a prefix of the returned Output's Video.Pix, and
+	// each slice points into that very buffer, which the Task no longer changes. The receiver
+	// keeps the slices without copying; it returns at once. A Task may never call it.
+	Frames func(pix []byte)
 }
 
 // Actual is what a Task really produced. The server reports it and checks it equals what was

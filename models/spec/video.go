@@ -44,6 +44,13 @@ func ExpandRGB(dst, src []byte) {
 	}
 }
 
+// PackRGB writes RGBA src into dst as rgb24, dropping alpha; dst holds 3/4 of len(src).
+func PackRGB(dst, src []byte) {
+	for s, d := 0, 0; s+3 < len(src); s, d = s+4, d+3 {
+		dst[d], dst[d+1], dst[d+2] = src[s], src[s+1], src[s+2]
+	}
+}
+
 // PackRGBA packs frames of one size into a Video, dropping alpha.
 func PackRGBA(frames []*image.RGBA) (Video, error) {
 	if len(frames) == 0 || frames[0] == nil {
@@ -62,11 +69,7 @@ func PackRGBA(frames []*image.RGBA) (Video, error) {
 		}
 		dst := v.Frame(i)
 		for y := 0; y < v.H; y++ {
-			row := f.Pix[y*f.Stride : y*f.Stride+4*v.W]
-			d := dst[3*v.W*y:]
-			for x := 0; x < v.W; x++ {
-				d[3*x], d[3*x+1], d[3*x+2] = row[4*x], row[4*x+1], row[4*x+2]
-			}
+			PackRGB(dst[3*v.W*y:], f.Pix[y*f.Stride:y*f.Stride+4*v.W])
 		}
 	}
 	return v, nil

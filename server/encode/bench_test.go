@@ -140,6 +140,96 @@ func clipPSNR(b *testing.B, path string, v spec.Video) float64 {
 	return 10 * math.Log10(255*255/mse)
 }
 
+// BenchmarkStreamedMP4 times what streaming frames into the encoder saves: from the last
+// frame being available (the Task returning) to the MP4 on disk. Both variants start the
+// encoder before their frames exist, as a lane does. "unstreamed" then gets the whole clip at
+// once; "streamed" was given all but the last 4 frames (Wan's last VAE chunk) off the clock,
+// in Wan's chunks (1 frame, then 4 a chunk), with time to drain between them as a decode gives
+// it: in all twice the time one unstreamed encode of the whole clip took (measured once, off
+// the clock; ENCODE_DRAIN_MS sets it), so x264 has caught up when the clock starts, as it
+// has on the GPU host, where the VAE decode takes many times the encode. Both write the same
+// bytes. The wan2.2 shape is skipped with -short. docs/PERFORMANCE.md, "Encode".
+//
+//	go test -run '^$' -bench StreamedMP4 -benchtime 5x ./server/encode/
+func BenchmarkStreamedMP4(b *testing.B) {
+	ctx := context.Background()
+	for _, sh := range []struct {
+		name     string
+		n, w, h  int
+		fps      int
+		onlyLong bool
+	}{
+		{"wan2.1-17x832x480", 17, 832, 480, 16, false},
+		{"wan2.2-121x1280x704", 121, 1280, 704, 24, true},
+	} {
+		if sh.onlyLong && testing.Short() {
+			continue
+		}
+		for _, content := range []string{"noise", "smooth"} {
+			v := synthetic(content, sh.n, sh.w, sh.h)
+			dir := b.TempDir()
+			want := filepath.Join(dir, "want.mp4")
+			began := time.Now()
+			if err := encode.MP4(ctx, want, v, sh.fps); err != nil {
+				b.Fatal(err)
+			}
+			drain := 2 * time.Since(began)
+			if ms := os.Getenv("ENCODE_DRAIN_MS"); ms != "" {
+				d, err := time.ParseDuration(ms + "ms")
+				if err != nil {
+					b.Fatalf("ENCODE_DRAIN_MS=%q: %v", ms, err)
+				}
+				drain = d
+			}
+			wantBytes, err := os.ReadFile(want)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var chunks [][]byte // Wan's decode: 1 frame, then 4 a chunk; the last 4 come with the result
+			for n, size := 0, 1; n < v.N-4; n, size = n+size, 4 {
+				chunks = append(chunks, v.Pix[n*v.FrameBytes():min(n+size, v.N-4)*v.FrameBytes()])
+			}
+			for _, streamed := range []bool{false, true} {
+				name := sh.name + "/" + content + "/unstreamed"
+				if streamed {
+					name = sh.name + "/" + content + "/streamed"
+				}
+				b.Run(name, func(b *testing.B) {
+					path := filepath.Join(b.TempDir(), "clip.mp4")
+					b.StopTimer()
+					for i := 0; i < b.N; i++ {
+						e, err := encode.StartMP4(ctx, path, v.W, v.H, sh.fps)
+						if err != nil {
+							b.Fatal(err)
+						}
+						if streamed {
+							for _, c := range chunks {
+								e.Stream(c)
+								time.Sleep(drain / time.Duration(len(chunks)))
+							}
+						} else {
+							time.Sleep(100 * time.Millisecond) // ffmpeg loads while "the Task" runs
+						}
+						b.StartTimer()
+						if err := e.Encode(v); err != nil {
+							b.Fatal(err)
+						}
+						b.StopTimer()
+					}
+					got, err := os.ReadFile(path)
+					if err != nil || !bytes.Equal(got, wantBytes) {
+						b.Fatalf("the clip differs from MP4's (%d bytes, want %d): %v", len(got), len(wantBytes), err)
+					}
+					if streamed {
+						b.ReportMetric(float64(v.N-4), "streamed-frames")
+						b.ReportMetric(float64(drain.Milliseconds()), "drain-ms")
+					}
+				})
+			}
+		}
+	}
+}
+
 // BenchmarkPNG times the edit encoder on a 1024² image (the Qwen-Image-Edit pinned size)
 // against the standard library's default encoder, which the server used before, and reports
 // the file size.

@@ -20,6 +20,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 
 	"mediaqual/models/spec"
 )
@@ -65,8 +66,9 @@ func MP4(ctx context.Context, path string, v spec.Video, fps int) error {
 
 // MP4Encoder is an ffmpeg started before its frames exist: a lane starts it when a job's Task
 // starts, so the process start and library loading (tens of milliseconds) overlap the Task
-// instead of following it (docs/PERFORMANCE.md, "Encode"). Its output is MP4's, byte for byte.
-// Every MP4Encoder ends with exactly one Encode or Abort.
+// instead of following it (docs/PERFORMANCE.md, "Encode"). The Task may Stream the clip's
+// first frames while it still runs; Encode then writes only the rest. Its output is MP4's,
+// byte for byte. Every MP4Encoder ends with exactly one Encode or Abort.
 type MP4Encoder struct {
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
@@ -74,6 +76,17 @@ type MP4Encoder struct {
 	tmp    string
 	path   string
 	w, h   int
+	done   chan struct{} // closed when the writer has closed stdin and returned
+
+	mu       sync.Mutex
+	cond     *sync.Cond // signals the writer: a chunk was queued, or the encoder is closing
+	queue    [][]byte   // chunks not yet written to ffmpeg
+	closing  bool       // Encode or Abort: no more chunks; the writer closes stdin when the queue is empty
+	streamed int        // bytes taken by Stream
+	first    *byte      // the first streamed byte: Fits checks it is the clip's own
+	next     []byte     // the capacity after the last streamed chunk, where the next one must start
+	broken   bool       // a streamed chunk did not follow the one before it
+	werr     error      // the first failed write; later chunks are dropped
 }
 
 // StartMP4 starts the encoder of a w×h clip at fps, to be written to path. ctx ending kills it.
@@ -84,7 +97,8 @@ func StartMP4(ctx context.Context, path string, w, h, fps int) (*MP4Encoder, err
 	if w <= 0 || h <= 0 || w%2 != 0 || h%2 != 0 {
 		return nil, fmt.Errorf("encode: %dx%d is not even in both dimensions (yuv420p needs it)", w, h)
 	}
-	e := &MP4Encoder{path: path, w: w, h: h, tmp: filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")}
+	e := &MP4Encoder{path: path, w: w, h: h, tmp: filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp"), done: make(chan struct{})}
+	e.cond = sync.NewCond(&e.mu)
 	e.cmd = exec.CommandContext(ctx, "ffmpeg", MP4Args(w, h, fps, e.tmp)...)
 	e.cmd.Stderr = &e.stderr
 	var err error
@@ -94,31 +108,122 @@ func StartMP4(ctx context.Context, path string, w, h, fps int) (*MP4Encoder, err
 	if err := e.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("encode: ffmpeg: %w", err)
 	}
+	go e.write()
 	return e, nil
 }
 
-// Fits says whether v is the clip the encoder was started for.
-func (e *MP4Encoder) Fits(v spec.Video) bool { return v.W == e.w && v.H == e.h && v.Check() == nil }
+// write is the one goroutine that feeds ffmpeg, so that Stream never waits for x264.
+func (e *MP4Encoder) write() {
+	defer close(e.done)
+	for {
+		e.mu.Lock()
+		for len(e.queue) == 0 && !e.closing {
+			e.cond.Wait()
+		}
+		if len(e.queue) == 0 {
+			e.mu.Unlock()
+			e.stdin.Close() // ffmpeg's end of input
+			return
+		}
+		chunk, failed := e.queue[0], e.werr != nil
+		e.queue[0], e.queue = nil, e.queue[1:]
+		e.mu.Unlock()
+		if failed {
+			continue
+		}
+		if _, err := e.stdin.Write(chunk); err != nil {
+			e.mu.Lock()
+			e.werr = err
+			e.mu.Unlock()
+		}
+	}
+}
 
-// Encode feeds v to the encoder, waits for it and renames the file into place.
+// Stream queues pix, the clip's next bytes, and returns at once (spec.Request.Frames). pix
+// must lie in the buffer Encode will get, right after what was streamed before; Fits holds
+// the encoder to that. Streaming after Encode or Abort does nothing.
+func (e *MP4Encoder) Stream(pix []byte) {
+	if len(pix) == 0 {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closing || e.broken {
+		return
+	}
+	if e.streamed == 0 {
+		e.first = &pix[0]
+	} else if len(e.next) == 0 || &e.next[0] != &pix[0] {
+		e.broken = true // not the continuation of one buffer: Fits refuses every clip
+		return
+	}
+	e.next = pix[len(pix):cap(pix)]
+	e.streamed += len(pix)
+	e.queue = append(e.queue, pix)
+	e.cond.Signal()
+}
+
+// Streamed is how many bytes Stream has taken.
+func (e *MP4Encoder) Streamed() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.streamed
+}
+
+// Fits says whether v is the clip the encoder was started for and, when frames were
+// streamed, the very buffer they came from, at least as long: a server fault may replace or
+// shorten the frames after the Task, and then the clip must be encoded from scratch.
+func (e *MP4Encoder) Fits(v spec.Video) bool { return e.misfit(v) == "" }
+
+func (e *MP4Encoder) misfit(v spec.Video) string {
+	if v.W != e.w || v.H != e.h || v.Check() != nil {
+		return fmt.Sprintf("the encoder was started for %dx%d, got %dx%dx%d frames", e.w, e.h, v.W, v.H, v.N)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case e.broken:
+		return "the streamed chunks were not consecutive runs of one buffer"
+	case e.streamed > 0 && &v.Pix[0] != e.first:
+		return fmt.Sprintf("%d bytes were streamed from another buffer than the clip's", e.streamed)
+	case e.streamed > len(v.Pix):
+		return fmt.Sprintf("%d bytes were streamed, the clip has %d", e.streamed, len(v.Pix))
+	}
+	return ""
+}
+
+// Encode writes what of v was not streamed, waits for the encoder and renames the file into
+// place.
 func (e *MP4Encoder) Encode(v spec.Video) error {
 	defer os.Remove(e.tmp)
-	if !e.Fits(v) {
+	if why := e.misfit(v); why != "" {
 		e.Abort()
-		return fmt.Errorf("encode: the encoder was started for %dx%d, got %dx%dx%d frames", e.w, e.h, v.W, v.H, v.N)
+		return fmt.Errorf("encode: %s", why)
 	}
-	_, werr := e.stdin.Write(v.Pix) // one write, no per-frame loop
-	e.stdin.Close()
-	if err := e.cmd.Wait(); err != nil || werr != nil {
+	e.mu.Lock()
+	if rest := v.Pix[e.streamed:]; len(rest) > 0 {
+		e.queue = append(e.queue, rest) // one write, no per-frame loop
+	}
+	e.closing = true
+	e.cond.Signal()
+	e.mu.Unlock()
+	<-e.done
+	err := e.cmd.Wait()
+	if werr := e.werr; err != nil || werr != nil {
 		return fmt.Errorf("encode: ffmpeg: %v: %s", cmp.Or(err, werr), bytes.TrimSpace(e.stderr.Bytes()))
 	}
 	return os.Rename(e.tmp, e.path)
 }
 
-// Abort stops an encoder whose frames will not come and removes what it wrote.
+// Abort stops an encoder whose frames will not come, drops what is queued and removes what it
+// wrote.
 func (e *MP4Encoder) Abort() {
-	e.stdin.Close()
-	_ = e.cmd.Process.Kill()
+	e.mu.Lock()
+	e.queue, e.closing = nil, true
+	e.cond.Signal()
+	e.mu.Unlock()
+	_ = e.cmd.Process.Kill() // a write in progress fails: nothing reads the pipe any more
+	<-e.done
 	_ = e.cmd.Wait()
 	os.Remove(e.tmp)
 }

@@ -5,11 +5,15 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"image"
 	"image/color"
 	"image/png"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -177,4 +181,165 @@ func TestMP4FromRGB24(t *testing.T) {
 	assert.InDelta(t, 220, int(c.R), 6)
 	assert.InDelta(t, 20, int(c.G), 6)
 	assert.InDelta(t, 30, int(c.B), 6)
+}
+
+// TestStreamedMP4: a clip streamed in uneven chunks (a byte, a frame and a half, ...), with
+// the rest given to Encode, is MP4's file byte for byte; so is one streamed whole, and one
+// streamed while ffmpeg is stopped, which shows Stream does not wait for the encoder.
+func TestStreamedMP4(t *testing.T) {
+	dir := t.TempDir()
+	ctx := t.Context() // its end kills an ffmpeg a failed test left stopped
+	v := video(t, 17, 64, 48)
+	want := filepath.Join(dir, "want.mp4")
+	require.NoError(t, encode.MP4(ctx, want, v, 16))
+	wb, err := os.ReadFile(want)
+	require.NoError(t, err)
+
+	fb := v.FrameBytes()
+	for name, cuts := range map[string][]int{
+		"uneven":     {1, 1000, fb + fb/2, 4 * fb, 13*fb - 7, 13 * fb}, // the last 4 frames left to Encode
+		"whole":      {len(v.Pix)},
+		"frame-wise": {fb, 2 * fb, 3 * fb, 4 * fb, 5 * fb, 6 * fb, 7 * fb, 8 * fb, 9 * fb},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got := filepath.Join(t.TempDir(), "got.mp4")
+			e, err := encode.StartMP4(ctx, got, v.W, v.H, 16)
+			require.NoError(t, err)
+			prev := 0
+			for _, c := range cuts {
+				e.Stream(v.Pix[prev:c])
+				prev = c
+				time.Sleep(time.Millisecond) // as a decode would: the queue drains meanwhile
+			}
+			assert.Equal(t, prev, e.Streamed())
+			require.True(t, e.Fits(v))
+			require.NoError(t, e.Encode(v))
+			gb, err := os.ReadFile(got)
+			require.NoError(t, err)
+			assert.Equal(t, wb, gb)
+		})
+	}
+
+	t.Run("ffmpeg stopped", func(t *testing.T) {
+		big := synthetic("noise", 9, 640, 480) // 8 MB, far beyond a pipe's buffer
+		bigWant := filepath.Join(dir, "big.mp4")
+		require.NoError(t, encode.MP4(ctx, bigWant, big, 16))
+		got := filepath.Join(t.TempDir(), "got.mp4")
+		e, err := encode.StartMP4(ctx, got, big.W, big.H, 16)
+		require.NoError(t, err)
+		require.NoError(t, syscall.Kill(encode.PID(e), syscall.SIGSTOP))
+		streamed := make(chan struct{})
+		go func() {
+			for i := range big.N - 1 {
+				e.Stream(big.Frame(i))
+			}
+			close(streamed)
+		}()
+		select {
+		case <-streamed:
+		case <-time.After(10 * time.Second):
+			t.Fatal("Stream waited for the stopped encoder")
+		}
+		require.NoError(t, syscall.Kill(encode.PID(e), syscall.SIGCONT))
+		require.NoError(t, e.Encode(big))
+		wb, _ := os.ReadFile(bigWant)
+		gb, _ := os.ReadFile(got)
+		assert.True(t, bytes.Equal(wb, gb), "streamed while stopped: %d bytes, want %d", len(gb), len(wb))
+	})
+}
+
+// TestStreamedMP4Fits: once frames were streamed, only the buffer they came from, at least as
+// long as what was streamed, fits; a copy, a shortened clip or chunks that do not follow
+// each other are refused, and Encode of a refused clip leaves no file.
+func TestStreamedMP4Fits(t *testing.T) {
+	ctx := t.Context() // its end kills an ffmpeg a failed test left stopped
+	v := video(t, 9, 64, 48)
+	fb := v.FrameBytes()
+	start := func(t *testing.T) (*encode.MP4Encoder, string) {
+		path := filepath.Join(t.TempDir(), "clip.mp4")
+		e, err := encode.StartMP4(ctx, path, v.W, v.H, 16)
+		require.NoError(t, err)
+		return e, path
+	}
+	shortened := func(n int) spec.Video { return spec.Video{W: v.W, H: v.H, N: n, Pix: v.Pix[:n*fb]} }
+
+	e, path := start(t)
+	e.Stream(v.Pix[:5*fb])
+	assert.True(t, e.Fits(v))
+	assert.True(t, e.Fits(shortened(5)), "what was streamed, exactly")
+	assert.True(t, e.Fits(shortened(7)))
+	assert.False(t, e.Fits(shortened(4)), "shorter than what was streamed")
+	cp := v
+	cp.Pix = append([]byte(nil), v.Pix...)
+	assert.False(t, e.Fits(cp), "a copy of the buffer")
+	assert.False(t, e.Fits(video(t, 9, 48, 48)), "another size")
+	assert.ErrorContains(t, e.Encode(cp), "streamed from another buffer")
+	assertNoFile(t, path)
+
+	e, path = start(t)
+	e.Stream(v.Pix[:3*fb])
+	assert.ErrorContains(t, e.Encode(shortened(2)), fmt.Sprintf("%d bytes were streamed, the clip has %d", 3*fb, 2*fb))
+	assertNoFile(t, path)
+
+	e, path = start(t)
+	e.Stream(v.Pix[:fb])
+	e.Stream(v.Pix[2*fb : 3*fb]) // skips a frame
+	assert.False(t, e.Fits(v))
+	assert.ErrorContains(t, e.Encode(v), "not consecutive runs of one buffer")
+	assertNoFile(t, path)
+
+	e, path = start(t)
+	e.Stream(v.Pix[:fb])
+	e.Stream(cp.Pix[fb : 2*fb]) // the next bytes, but of another buffer
+	assert.False(t, e.Fits(v))
+	e.Abort()
+	assertNoFile(t, path)
+}
+
+// TestStreamedMP4Abort: aborting an encoder with chunks still queued (its ffmpeg stopped, so
+// none can be written) leaves no file and no goroutine; so does a cancelled context.
+func TestStreamedMP4Abort(t *testing.T) {
+	ctx := t.Context() // its end kills an ffmpeg a failed test left stopped
+	v := synthetic("noise", 9, 640, 480)
+	path := filepath.Join(t.TempDir(), "clip.mp4")
+	before := writers()
+	e, err := encode.StartMP4(ctx, path, v.W, v.H, 16)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return writers() == before+1 }, 5*time.Second, time.Millisecond, "the encoder's writer runs")
+	require.NoError(t, syscall.Kill(encode.PID(e), syscall.SIGSTOP))
+	for i := range v.N {
+		e.Stream(v.Frame(i))
+	}
+	e.Abort()
+	e.Stream(v.Frame(0)) // too late: ignored
+	assertNoFile(t, path)
+	require.Eventually(t, func() bool { return writers() == before }, 5*time.Second, 5*time.Millisecond, "the writer goroutine ended")
+
+	cctx, cancel := context.WithCancel(ctx)
+	e, err = encode.StartMP4(cctx, path, v.W, v.H, 16)
+	require.NoError(t, err)
+	for i := range v.N - 2 {
+		e.Stream(v.Frame(i))
+	}
+	cancel()
+	assert.ErrorContains(t, e.Encode(v), "encode: ffmpeg")
+	assertNoFile(t, path)
+	require.Eventually(t, func() bool { return writers() == before }, 5*time.Second, 5*time.Millisecond, "the writer goroutine ended")
+}
+
+// writers counts the encoder goroutines that feed ffmpeg.
+func writers() int {
+	buf := make([]byte, 1<<20)
+	return strings.Count(string(buf[:runtime.Stack(buf, true)]), "encode.(*MP4Encoder).write(")
+}
+
+func assertNoFile(t *testing.T, path string) {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Dir(path))
+	require.NoError(t, err)
+	var names []string
+	for _, f := range entries {
+		names = append(names, f.Name())
+	}
+	assert.Empty(t, names, "no artifact or temporary file")
 }

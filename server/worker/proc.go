@@ -302,17 +302,23 @@ func (p *proc) handle(line []byte) {
 			return
 		}
 		p.finishStart("", &spec.Error{Code: CodeFatal, Message: msg})
-	case "progress", "result", "error":
+	case "progress", "result", "error", "frames":
 		j := p.currentJob()
-		if j == nil || j.id != env.ID {
+		// A frames event names the file the server reads: one for another job than the
+		// running one goes to that job, which it fails (Run tells it by the id).
+		if j == nil || (j.id != env.ID && env.Event != "frames") {
 			p.note("ignoring %s line for unknown job %q", env.Event, env.ID)
 			return
 		}
-		if perr != nil {
-			if env.Event == "progress" {
-				p.note("ignoring malformed progress line: %v", perr)
-				return
-			}
+		switch {
+		case perr == nil:
+		case env.Event == "progress":
+			p.note("ignoring malformed progress line: %v", perr)
+			return
+		case env.Event == "frames":
+			// The job still runs: Run cancels it, where a bad result or error line ended it.
+			m = message{Event: env.Event, ID: env.ID, malformed: fmt.Sprintf("malformed frames line: %v", perr)}
+		default:
 			m = message{Event: badLine, ID: env.ID, Message: fmt.Sprintf("malformed %s line: %v", env.Event, perr)}
 		}
 		select {

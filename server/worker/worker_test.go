@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -485,4 +486,101 @@ func TestConcurrentRunsAreSerialized(t *testing.T) {
 		requireFrames(t, outs[i], int64(100+i), 2, 8, 6)
 	}
 	assertScratchEmpty(t, fx.scratch)
+}
+
+// TestStreamFrames: frames events hand each announced chunk to Request.Frames as a slice of
+// the one buffer the result returns, allocated at the request's size, and a worker that
+// announces nothing works as before.
+func TestStreamFrames(t *testing.T) {
+	fx := newTask(t, "stream")
+	const seed, w, h = 11, 8, 6
+	fb := 3 * w * h
+	for _, tc := range []struct {
+		prompt string
+		frames int
+		chunks []int // frames per Frames call
+	}{
+		{"a fox", 13, []int{1, 4, 4}}, // the last chunk comes with the result
+		{"a fox, announce all", 13, []int{1, 4, 4, 4}},
+		{"a fox", 9, []int{1, 4}},
+		{"a single frame", 1, nil},
+	} {
+		t.Run(tc.prompt, func(t *testing.T) {
+			req := videoReq(tc.prompt, seed, tc.frames, 2)
+			var chunks [][]byte
+			req.Frames = func(pix []byte) { chunks = append(chunks, pix) }
+			out, err := fx.task.Run(context.Background(), req)
+			require.NoError(t, err)
+			requireFrames(t, out, seed, tc.frames, w, h)
+			assert.Equal(t, tc.frames*fb, cap(out.Video.Pix), "one buffer, at the request's size")
+			var got []int
+			off := 0
+			for _, c := range chunks {
+				require.Same(t, &out.Video.Pix[off], &c[0], "chunk at byte %d is the result's own bytes", off)
+				got = append(got, len(c)/fb)
+				off += len(c)
+			}
+			assert.Equal(t, tc.chunks, got)
+		})
+	}
+	assert.Equal(t, 0, fx.task.Restarts())
+	assertScratchEmpty(t, fx.scratch)
+}
+
+// TestBadFrames: each breach of the frames rules fails its job with bad_worker_output naming
+// it; the server cancels a job that is still running, and the next job on the same worker
+// completes.
+func TestBadFrames(t *testing.T) {
+	fx := newTask(t, "badframes")
+	ctx := context.Background()
+	want := map[string]string{
+		"malformed":      "malformed frames line: json: cannot unmarshal string",
+		"other job":      `frames event for job "job-999" while job job-`,
+		"wrong size":     "frames event of 10x6 frames: the request's (and any earlier event's) are 8x6",
+		"size changes":   "frames event of 8x8 frames: the request's (and any earlier event's) are 8x6",
+		"not increasing": "frames event of 2 frames after 2: the count must increase",
+		"zero frames":    "frames event of 0 frames after 0: the count must increase",
+		"beyond":         "frames event of 6 frames: the request has 5",
+		"short file":     "raw frames: 2 frames announced (288 bytes), the output file holds 144",
+		"result fewer":   "result declares 2 frames, fewer than the 3 the frames events announced",
+		"result resized": "result declares 10x6 frames, the frames events 8x6",
+		"result beyond":  "result declares 6 frames, more than the 5 asked, after frames events",
+	}
+	require.Len(t, want, len(workertest.BadFrames))
+	for _, name := range workertest.BadFrames {
+		t.Run(name, func(t *testing.T) {
+			require.Contains(t, want, name)
+			_, err := fx.task.Run(ctx, videoReq(name, 1, 5, 2))
+			se := requireCode(t, err, CodeBadOutput)
+			assert.Contains(t, se.Message, want[name])
+			assertScratchEmpty(t, fx.scratch)
+
+			out, err := fx.task.Run(ctx, videoReq("fine", 3, 5, 2))
+			require.NoError(t, err, "the worker serves the next job")
+			requireFrames(t, out, 3, 5, 8, 6)
+		})
+	}
+	assert.Equal(t, 0, fx.task.Restarts(), "no worker was killed")
+	assert.Equal(t, 8, strings.Count(fx.log.String(), "cancelled after its bad frames event"), "each job with a bad frames event was cancelled")
+}
+
+// TestStreamReadsEachByteOnce: the result reads only what frames events did not announce:
+// announced bytes changed in the file afterwards (which the rules forbid) are not read again.
+func TestStreamReadsEachByteOnce(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "out.rgb")
+	raw := bytes.Repeat([]byte{1, 2, 3}, 5*4*2) // 5 frames of 4x2
+	fb := 3 * 4 * 2
+	require.NoError(t, os.WriteFile(path, raw[:2*fb], 0o600))
+	st := newStream("job-1", path, spec.Settings{Size: spec.Size{W: 4, H: 2}, NumFrames: 5})
+	defer st.close()
+	pix, err := st.announce(message{Event: "frames", ID: "job-1", Frames: 2, Width: 4, Height: 2})
+	require.NoError(t, err)
+	assert.Equal(t, raw[:2*fb], pix)
+
+	scribbled := append(make([]byte, 2*fb), raw[2*fb:]...)
+	require.NoError(t, os.WriteFile(path, scribbled, 0o600))
+	v, err := st.result(message{Event: "result", ID: "job-1", Frames: 5, Width: 4, Height: 2})
+	require.NoError(t, err)
+	assert.Equal(t, raw, v.Pix, "the announced frames as first read, the rest as the result found it")
+	assert.Same(t, &pix[0], &v.Pix[0])
 }

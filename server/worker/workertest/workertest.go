@@ -28,6 +28,13 @@
 //	orphan    like ok, after starting a child that sleeps (pid written to EnvMarker)
 //	deaf      like ok, but does not exit when stdin closes
 //	gated     like ok, but sends ready only once the file named by EnvMarker exists
+//	stream    like ok, but writes the frames a chunk at a time as Wan's VAE decodes them (1,
+//	          then 4 a chunk) and announces each chunk but the last with a frames event; all
+//	          of them when the prompt contains "announce all"
+//	badframes sends the broken frames event (or, "result ...", the result inconsistent with
+//	          its frames events) that the prompt names: one of BadFrames; then, if the job
+//	          has not ended, waits for the server's cancel (exiting with status 4 if
+//	          another job comes before it ended) and finishes the job as ok does
 //
 // Every mode reports precision Precision in its ready line and results, and, started with
 // "--layout L" (as mediaserve starts the worker of a row with layouts), actual.layout L.
@@ -69,6 +76,13 @@ type command struct {
 	Settings  spec.Settings `json:"settings"`
 	Reference string        `json:"reference"`
 	Output    string        `json:"output"`
+}
+
+// BadFrames are the breakages of the frames rules (docs/WORKER.md) mode badframes sends, by
+// the prompt that asks for each.
+var BadFrames = []string{
+	"malformed", "other job", "wrong size", "size changes", "not increasing", "zero frames",
+	"beyond", "short file", "result fewer", "result resized", "result beyond",
 }
 
 // Pattern is the deterministic rgb24 content (channel c) of frame f at (x, y) for seed, as
@@ -247,7 +261,11 @@ func runJob(mode string, c command, lines <-chan command, enc *json.Encoder, log
 	if mode == "badbytes" {
 		raw = raw[:len(raw)-7]
 	}
-	if err := os.WriteFile(c.Output, raw, 0o600); err != nil {
+	if mode != "stream" && mode != "badframes" {
+		if err := os.WriteFile(c.Output, raw, 0o600); err != nil {
+			return fail("io", err.Error())
+		}
+	} else if err := streamJob(mode, c, raw, enc, lines, logf, &frames, &w); err != nil {
 		return fail("io", err.Error())
 	}
 	actual := spec.Actual{
@@ -273,4 +291,110 @@ func argValue(flag string) string {
 		}
 	}
 	return ""
+}
+
+// streamJob writes the frames of modes stream and badframes append-only, as frames events
+// require, sending the events the mode and prompt ask for. A "result ..." breakage changes
+// the frame count or width the result then declares.
+func streamJob(mode string, c command, raw []byte, enc *json.Encoder, lines <-chan command, logf func(string, ...any), frames, w *int) error {
+	h, p := c.Settings.Size.H, c.Settings.Prompt
+	fb := 3 * *w * h
+	f, err := os.OpenFile(c.Output, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	written := 0
+	write := func(n int) error { // up to the end of frame n
+		_, err := f.Write(raw[written : n*fb])
+		written = n * fb
+		return err
+	}
+	announce := func(id string, n, w, h int) {
+		_ = enc.Encode(map[string]any{"event": "frames", "id": id, "frames": n, "width": w, "height": h})
+	}
+	total := *frames
+	switch {
+	case mode == "stream":
+		for n, chunk := 0, 1; n < total; n, chunk = n+chunk, 4 {
+			chunk = min(chunk, total-n)
+			if err := write(n + chunk); err != nil {
+				return err
+			}
+			if n+chunk < total || strings.Contains(p, "announce all") {
+				announce(c.ID, n+chunk, *w, h)
+			}
+		}
+		return f.Close()
+	case strings.HasPrefix(p, "result "):
+		// The job ends with its result: nothing to cancel.
+		_ = write(3)
+		announce(c.ID, 3, *w, h)
+		switch p {
+		case "result fewer":
+			*frames = 2
+		case "result resized":
+			*w += 2
+		case "result beyond":
+			*frames = total + 1
+		}
+		return f.Close()
+	}
+
+	short := false
+	switch p {
+	case "malformed":
+		_ = enc.Encode(map[string]any{"event": "frames", "id": c.ID, "frames": "two", "width": *w, "height": h})
+	case "other job":
+		_ = write(1)
+		announce("job-999", 1, *w, h)
+	case "wrong size":
+		_ = write(1)
+		announce(c.ID, 1, *w+2, h)
+	case "size changes":
+		_ = write(2)
+		announce(c.ID, 1, *w, h)
+		announce(c.ID, 2, *w, h+2)
+	case "not increasing":
+		_ = write(2)
+		announce(c.ID, 2, *w, h)
+		announce(c.ID, 2, *w, h)
+	case "zero frames":
+		announce(c.ID, 0, *w, h)
+	case "beyond":
+		_ = write(total)
+		announce(c.ID, total+1, *w, h)
+	case "short file":
+		_ = write(1)
+		announce(c.ID, 2, *w, h)
+		short = true // the rest would race the server's read
+	default: // no breakage asked: frames as ok writes them
+		if err := write(total); err != nil {
+			return err
+		}
+		return f.Close()
+	}
+	// The server must cancel the job, and send no other before it ended (a run that comes
+	// within 100 ms of the cancel would be one).
+	for wait := 5 * time.Second; ; wait = 100 * time.Millisecond {
+		select {
+		case next, ok := <-lines:
+			switch {
+			case ok && next.Op == "cancel" && next.ID == c.ID:
+				logf("job %s cancelled after its bad frames event; finishing it", c.ID)
+				continue
+			case ok:
+				logf("protocol broken: %s %s while job %s runs", next.Op, next.ID, c.ID)
+				os.Exit(4)
+			}
+		case <-time.After(wait):
+		}
+		break
+	}
+	if !short {
+		if err := write(total); err != nil {
+			return err
+		}
+	}
+	return f.Close()
 }
