@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"mediaqual/models/spec"
-	"mediaqual/server/encode"
 )
 
 // lane serves one model from a bounded queue: each of its Tasks (one per lane index, on devices
@@ -155,22 +154,8 @@ func (s *Server) execute(l *lane, i int, j *job) {
 		j.progress = min(99, done*100/total) // 100 only once the artifact exists
 		s.mu.Unlock()
 	}
-	// The clip's encoder starts with the Task, so its start-up is not in the job's latency,
-	// and takes the frames the Task hands over while it still runs, so only the last ones are
-	// left to encode when it returns. Failing to start here is not an error yet: encode
-	// starts it again and reports that.
-	var mp4 *encode.MP4Encoder
-	if j.kind == spec.TextToVideo {
-		if mp4, _ = encode.StartMP4(j.ctx, j.path, req.Size.W, req.Size.H, s.fault.fps(req.FPS)); mp4 != nil {
-			req.Frames = mp4.Stream
-		}
-	}
-	g, err := generate(j.ctx, l.tasks[i], l.model.Checkpoint, j.kind, req, s.fault)
-	g.mp4 = mp4
+	g, err := generate(j.ctx, l.tasks[i], l.model.Checkpoint, j.kind, req, s.fault, j.path)
 	if err != nil {
-		if mp4 != nil {
-			mp4.Abort()
-		}
 		if j.ctx.Err() != nil {
 			err = context.Cause(j.ctx)
 		}

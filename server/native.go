@@ -39,7 +39,7 @@ func RunNative(ctx context.Context, m Model, capability spec.Capability, fields 
 		return settings, Product{}, e
 	}
 	req.Settings = settings
-	g, err := generate(ctx, m.Task, cp, capability, req, nil)
+	g, err := generate(ctx, m.Task, cp, capability, req, nil, outPath)
 	if err != nil {
 		return settings, Product{}, err
 	}

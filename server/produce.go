@@ -42,25 +42,39 @@ type generated struct {
 	req        spec.Request
 	video      spec.Video
 	p          Product            // what is known before encoding
-	mp4        *encode.MP4Encoder // started beside the Task (a lane's video jobs); nil: start it now
+	mp4        *encode.MP4Encoder // started with the Task (video); nil: start it now
 }
 
 // generate runs the Task and checks its output (f: an optional fault; never on the native path).
-func generate(ctx context.Context, task spec.Task, cp spec.Checkpoint, capability spec.Capability, req spec.Request, f *fault) (generated, error) {
+// A video's encoder starts with the Task, writing to path, and the Task may stream its frames
+// into it (Request.Frames), so neither ffmpeg's start-up nor the encoding of the frames made
+// first is in the job's latency. Failing to start it here is not an error yet: encode starts
+// it again and reports that.
+func generate(ctx context.Context, task spec.Task, cp spec.Checkpoint, capability spec.Capability, req spec.Request, f *fault, path string) (g generated, err error) {
+	if capability == spec.TextToVideo {
+		if g.mp4, _ = encode.StartMP4(ctx, path, req.Size.W, req.Size.H, f.fps(req.FPS)); g.mp4 != nil {
+			req.Frames = g.mp4.Stream
+			defer func() {
+				if err != nil {
+					g.mp4.Abort()
+				}
+			}()
+		}
+	}
 	start := time.Now()
 	out, err := f.task(task).Run(ctx, req)
 	ran := time.Since(start)
 	if err != nil {
-		return generated{}, err
+		return g, err
 	}
 	if err := ctx.Err(); err != nil {
-		return generated{}, err
+		return g, err
 	}
 	v, err := checkActual(cp, capability, req.Settings, out)
 	if err != nil {
-		return generated{}, err
+		return g, err
 	}
-	return generated{capability: capability, req: req, video: v, p: Product{
+	return generated{capability: capability, req: req, video: v, mp4: g.mp4, p: Product{
 		Actual: out.Actual, TaskWall: out.TaskWall, Phases: out.Phases, PeakMemoryMB: out.PeakMemoryMB,
 		// What Run took beyond the Task's own call: a worker's quantize, write, protocol and
 		// the server's read. In-process Tasks time their whole Run, so this is about 0.

@@ -155,7 +155,8 @@ func runJob(ctx context.Context, m server.Model, capab spec.Capability, j taskJo
 		PhasesMS   map[string]float64 `json:"task_phases_ms,omitempty"`
 		HandoverMS float64            `json:"handover_ms"`
 		EncodeMS   float64            `json:"encode_ms"`
-	}{cp.ID, cp.Revision, capab, settings, p, ms(p.TaskWall), p.Phases, ms(p.Handover), ms(p.Encode)}
+		Streamed   int                `json:"streamed_frames"` // frames in the encoder before the Task returned
+	}{cp.ID, cp.Revision, capab, settings, p, ms(p.TaskWall), p.Phases, ms(p.Handover), ms(p.Encode), p.StreamedFrames}
 	b, _ := json.MarshalIndent(rec, "", "  ")
 	return path, os.WriteFile(filepath.Join(j.Out, "actual.json"), append(b, '\n'), 0o644)
 }

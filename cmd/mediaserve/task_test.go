@@ -32,12 +32,14 @@ func TestTaskBatchRunsEveryJobWithOneLoad(t *testing.T) {
 				Path   string `json:"path"`
 				SHA256 string `json:"sha256"`
 			} `json:"product"`
+			Streamed int `json:"streamed_frames"`
 		}
 		b, err := os.ReadFile(filepath.Join(dir, job, "actual.json"))
 		require.NoError(t, err)
 		require.NoError(t, json.Unmarshal(b, &rec))
 		assert.FileExists(t, rec.Product.Path)
 		assert.Equal(t, filepath.Join(dir, job, "artifact.mp4"), rec.Product.Path)
+		assert.Equal(t, 17, rec.Streamed, "ref-t2v streams every frame into the native path's encoder too")
 		seeds[job], digests[job] = rec.Settings.Seed, rec.Product.SHA256
 	}
 	assert.Equal(t, map[string]int64{"a": 1, "b": 2}, seeds, "each job keeps its own fields")
