@@ -140,7 +140,9 @@ class Group:
             torch.cuda.set_device(self.rank)  # NCCL binds each rank's communicator to its GPU
 
         self.dist = dist
-        backend = "cpu:gloo,cuda:nccl" if cuda else "gloo"
+        # The device is named even on the CPU: diffusers' ulysses_anything picks the device of its
+        # size exchange by looking for "cpu" in the backend string.
+        backend = "cpu:gloo,cuda:nccl" if cuda else "cpu:gloo"
         if self.store is None:  # ranks 1..: a client of rank 0's store
             self.store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), self.world, False,
                                        timeout=datetime.timedelta(minutes=30))

@@ -191,11 +191,21 @@ class GroupLoadTest(unittest.TestCase):
 class TinyPipelineTest(unittest.TestCase):
     """A real tiny WanPipeline on 2 ranks against itself alone (testdata/tiny_wan_parallel.py)."""
 
-    def parallel(self, *args):
+    def parallel(self, *args, env=None):
         out = subprocess.run([sys.executable, os.path.join(HERE, "testdata", "tiny_wan_parallel.py"), *args],
-                             capture_output=True, text=True, timeout=300)
+                             capture_output=True, text=True, timeout=300, env=env)
         self.assertEqual(out.returncode, 0, out.stderr[-4000:])
         return json.loads(out.stdout.strip().splitlines()[-1])
+
+    def test_an_even_split_refuses_a_sequence_it_cannot_halve(self):
+        """Why parallel.apply sets ulysses_anything: diffusers' even split fails on 3 tokens. The
+        uneven split itself cannot run here: its last gather sends chunks of unequal size,
+        which NCCL takes and gloo refuses, so it is left to the GPU."""
+        out = subprocess.run([sys.executable, os.path.join(HERE, "testdata", "tiny_wan_parallel.py"), "ulysses-2", "--odd"],
+                             capture_output=True, text=True, timeout=300,
+                             env=dict(os.environ, MEDIAQUAL_PLAIN_ULYSSES="1"))
+        self.assertNotEqual(out.returncode, 0)
+        self.assertIn("must be divisible by mesh size", out.stderr)
 
     def test_cfg_2_gives_the_same_bytes_with_half_the_calls(self):
         r = self.parallel("cfg-2")

@@ -3,9 +3,10 @@
 gloo under a layout of parallel.py, against the same pipeline run alone. Prints one JSON line
 from rank 0: {"layout", "equal", "differing", "calls": transformer calls per rank, "steps"}.
 
-Usage: tiny_wan_parallel.py LAYOUT [--break-exchange]
+Usage: tiny_wan_parallel.py LAYOUT [--break-exchange] [--odd]
   --break-exchange: cfg-2 without its all_gather (each rank keeps its placeholder), which
   must not give the alone-run's frames: the comparison can fail.
+  --odd: a clip of 3 tokens, which 2 ranks cannot split evenly.
 
 Two things make diffusers 0.42.1's context parallelism run on a CPU at all, both patched here
 only (never in the adapters): enable_parallelism divides the rank by
@@ -45,12 +46,16 @@ def pipeline():
     return pipe
 
 
-def generate(pipe):
+SHAPE = {"height": 32, "width": 32, "num_frames": 5}  # 2 latent frames of 2x2 patches: 8 tokens
+ODD = {"height": 16, "width": 16, "num_frames": 9}  # 3 latent frames of 1 patch: 3 tokens, odd
+
+
+def generate(pipe, shape):
     g = torch.Generator().manual_seed(7)
     embeds = torch.randn(1, 6, 32, generator=g)
     negative = torch.randn(1, 6, 32, generator=g)
     with torch.inference_mode():
-        out = pipe(prompt_embeds=embeds, negative_prompt_embeds=negative, height=32, width=32, num_frames=5,
+        out = pipe(prompt_embeds=embeds, negative_prompt_embeds=negative, **shape,
                    num_inference_steps=STEPS, guidance_scale=5.0, output_type="pt",
                    generator=torch.Generator().manual_seed(42))
     return out.frames[0]
@@ -69,19 +74,20 @@ def counted(transformer):
     return calls
 
 
-def rank_main(rank, layout, store, broken):
-    dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=2)
+def rank_main(rank, layout, store, broken, odd):
+    dist.init_process_group("cpu:gloo", init_method="file://" + store, rank=rank, world_size=2)
     torch.accelerator.device_count = lambda: 1
     logging.Logger.warning_once = logging.Logger.warning
     pipe = pipeline()
-    alone = generate(pipe) if rank == 0 else None
+    shape = ODD if odd else SHAPE
+    alone = generate(pipe, shape) if rank == 0 else None
     calls = counted(pipe.transformer)
     cfg = parallel.apply(pipe, layout, rank, torch)
     if cfg is not None:
         cfg.begin(True)  # guidance 5 and a negative prompt: both branches run
         if broken:
             cfg._exchange = lambda: cfg.step.clear()
-    frames = generate(pipe)
+    frames = generate(pipe, shape)
     all_calls = [None, None]
     dist.all_gather_object(all_calls, calls[0])
     if rank == 0:
@@ -96,11 +102,12 @@ def rank_main(rank, layout, store, broken):
 def main():
     layout = sys.argv[1]
     broken = "--break-exchange" in sys.argv[2:]
+    odd = "--odd" in sys.argv[2:]
     import tempfile
 
     # A file rendezvous: no port to race for with the other tests running beside this one.
     with tempfile.TemporaryDirectory() as tmp:
-        mp.spawn(rank_main, args=(layout, os.path.join(tmp, "store"), broken), nprocs=2)
+        mp.spawn(rank_main, args=(layout, os.path.join(tmp, "store"), broken, odd), nprocs=2)
 
 
 if __name__ == "__main__":
