@@ -21,11 +21,12 @@ aiperf:
 		$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv; }
 	$(GO) run ./internal/aiperfinstall
 
-# torch, diffusers and transformers for the CPU tests of a worker on several ranks (gloo), in a
+# torch, diffusers and transformers for the CPU tests of several ranks (gloo) and of every
+# adapter on a tiny real pipeline, in a
 # virtualenv under .cache (MEDIAQUAL_TORCH_VENV overrides; models/pyworker/ranks_test.go).
 TORCH_VENV ?= $(or $(MEDIAQUAL_TORCH_VENV),.cache/torch-2.11.0)
 torch:
-	@if ! $(TORCH_VENV)/bin/python -c 'import torch, diffusers, transformers, accelerate, numpy' 2>/dev/null; then \
+	@if ! $(TORCH_VENV)/bin/python -c 'import torch, torchvision, diffusers, transformers, accelerate, numpy' 2>/dev/null; then \
 		echo "installing scripts/torch-cpu.txt into $(TORCH_VENV)"; \
 		python3 -m venv $(TORCH_VENV) && $(TORCH_VENV)/bin/pip install -q --disable-pip-version-check -r scripts/torch-cpu.txt; \
 	fi

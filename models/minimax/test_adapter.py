@@ -5,7 +5,8 @@ Run from models/minimax:  python3 -m unittest -v test_adapter
 (models/minimax/adapter_test.go runs it under `go test ./...`). TinyPipelineTest and
 InMemoryPipelineTest run the real modular pipeline on CPU where torch, diffusers, transformers,
 accelerate, numpy and torchvision are installed; RealSizeMetaTest and InMemoryBuildTest need
-torch, diffusers, transformers and accelerate; each is skipped elsewhere.
+torch, diffusers, transformers and accelerate; `make test` runs them all in the CPU torch
+virtualenv (make torch), and elsewhere a missing module makes them "not run", by name.
 """
 
 import json

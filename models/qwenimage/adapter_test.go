@@ -12,10 +12,13 @@ import (
 
 // The Qwen-Image-Edit adapter is Python (adapter.py, a docs/WORKER.md worker on
 // models/pyworker); these tests run its unit tests and check that it maps the row's settings
-// the way the row declares them. They need only python3 (no torch, diffusers, numpy or
-// Pillow), and skip only where python3 is absent.
+// the way the row declares them.
+// The Python unit tests run under the CPU torch virtualenv (make torch), so the tiny real
+// pipeline runs too.
 
-func TestAdapterPythonUnitTests(t *testing.T) { pyworker.UnitTests(t, "test_adapter") }
+func TestAdapterPythonUnitTests(t *testing.T) {
+	pyworker.UnitTestsWith(t, pyworker.TorchPython(t), "test_adapter")
+}
 
 // mapScript reads a list of settings on stdin and prints, per item, the adapter's pipeline
 // kwargs (the generator replaced by its seed, the image by a marker) and actual report, or its

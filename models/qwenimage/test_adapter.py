@@ -471,8 +471,8 @@ class TinyPipelineTest(testing.RealWorkerTestCase):
     """The real path end to end, on CPU: build_l0.py --tiny writes a bundle, adapter.py (a
     subprocess, as mediaserve runs it) loads it with diffusers' QwenImageEditPlusPipeline and
     serves edits over the protocol. Everything heavy runs in subprocesses, so this process never
-    imports torch. Skipped where the stack is absent (CI); run it on the GPU host after installing
-    the kit."""
+    imports torch. `make test` runs it in the CPU torch virtualenv (make torch); elsewhere a
+    missing module makes it "not run", by name."""
 
     @classmethod
     def setUpClass(cls):

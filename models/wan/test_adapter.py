@@ -357,7 +357,8 @@ class BuildL0Test(unittest.TestCase):
 class TinyPipelineTest(testing.RealWorkerTestCase):
     """The real path end to end, on CPU: build_l0.py --tiny writes a bundle, adapter.py (a
     subprocess, as mediaserve runs it) loads it with diffusers and serves jobs over the protocol.
-    Skipped where the stack is absent (CI); run it on the GPU host after installing the kit."""
+    `make test` runs it in the CPU torch virtualenv (make torch); elsewhere a missing module
+    makes it "not run", by name."""
 
     @classmethod
     def setUpClass(cls):
