@@ -11,12 +11,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"mediaqual/internal/proctest"
 	"mediaqual/models/reference"
 	"mediaqual/models/spec"
 	"mediaqual/server"
@@ -90,29 +90,12 @@ type env struct {
 	ledger *syncBuffer
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer struct{ proctest.Buffer }
 
 // entries parses the ledger so far.
 func (s *syncBuffer) entries(t *testing.T) []server.LedgerEntry {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	var out []server.LedgerEntry
-	dec := json.NewDecoder(bytes.NewReader(s.b.Bytes()))
+	dec := json.NewDecoder(bytes.NewReader(s.Bytes()))
 	for dec.More() {
 		var e server.LedgerEntry
 		require.NoError(t, dec.Decode(&e))

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"net/http/httptest"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 
 	"mediaqual/harness/api"
 	"mediaqual/harness/ledger"
+	"mediaqual/internal/proctest"
 	"mediaqual/models/reference"
 	"mediaqual/models/spec"
 	"mediaqual/server"
@@ -30,23 +30,6 @@ func (t layoutTask) Run(ctx context.Context, req spec.Request) (spec.Output, err
 	return out, err
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) bytes() []byte {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return bytes.Clone(l.b.Bytes())
-}
-
 // TestContractLayout: the fields a model with GPU layouts adds (/v1/models layout and
 // layouts, actual.layout, the ledger's layout and lane_devices) decode strictly into the
 // harness's types. TestContract's reference rows offer no layouts, so they never show them.
@@ -61,7 +44,7 @@ func TestContractLayout(t *testing.T) {
 	task, err := cp.NewTask()
 	require.NoError(t, err)
 	cp.Layouts, cp.Layout = []spec.Layout{"single", "cfg-2"}, "cfg-2"
-	led := &lockedBuffer{}
+	led := &proctest.Buffer{}
 	srv, err := server.New(server.Config{
 		Models:      []server.Model{{Checkpoint: cp, Task: layoutTask{task, "cfg-2"}, Runtime: "worker", Devices: []string{"0,1"}}},
 		ArtifactDir: t.TempDir(), Ledger: led,
@@ -93,7 +76,7 @@ func TestContractLayout(t *testing.T) {
 	// The job's ledger line follows its completion.
 	var job ledger.Entry
 	require.Eventually(t, func() bool {
-		for _, l := range bytes.Split(bytes.TrimSpace(led.bytes()), []byte("\n")) {
+		for _, l := range bytes.Split(bytes.TrimSpace(led.Bytes()), []byte("\n")) {
 			var en ledger.Entry
 			strict(t, l, &en)
 			if en.Event == "job" {

@@ -1,11 +1,14 @@
-// Package proctest helps tests prove that processes they started are gone.
+// Package proctest helps tests with the processes they start: proving them gone, sharing
+// their output.
 package proctest
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,4 +32,31 @@ func Gone(pid int) bool {
 func AssertGone(t testing.TB, pid int, d time.Duration) bool {
 	t.Helper()
 	return assert.Eventually(t, func() bool { return Gone(pid) }, d, 10*time.Millisecond, "process %d still running", pid)
+}
+
+// Buffer is a process's output shared between the goroutine that copies it and the test that
+// reads it.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *Buffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String is what was written so far.
+func (s *Buffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// Bytes is a copy of what was written so far.
+func (s *Buffer) Bytes() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return bytes.Clone(s.b.Bytes())
 }

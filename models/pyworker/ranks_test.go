@@ -5,13 +5,13 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"mediaqual/internal/proctest"
 	"mediaqual/models/spec"
 	"mediaqual/server/worker"
 )
@@ -20,23 +20,10 @@ import (
 // 2-rank group over gloo, and a tiny real WanPipeline under cfg-2 and ulysses-2.
 func TestRanksPythonUnitTests(t *testing.T) { UnitTestsWith(t, TorchPython(t), "test_ranks") }
 
-// syncBuffer is a log the worker's stderr copier and the test share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
-
 // The server side of a 2-rank worker: a job, a crash of rank 1 reported as worker_crashed and
 // the whole group restarted for the next job, and a cancel that leaves the group serving.
 func TestRankedWorkerBehindTheServer(t *testing.T) {
-	var log syncBuffer
+	var log proctest.Buffer
 	task := worker.New(worker.Config{
 		Argv: []string{TorchPython(t), filepath.Join("testdata", "ranked_worker.py"), "--layout", "ulysses-2"},
 		Log:  &log, LoadTimeout: time.Minute,

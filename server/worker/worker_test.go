@@ -30,27 +30,10 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type fixture struct {
 	task    *Task
 	scratch string
-	log     *syncBuf
+	log     *proctest.Buffer
 }
 
 // newTask builds a Task running this test binary as a worker in mode. On cleanup it closes
@@ -58,7 +41,7 @@ type fixture struct {
 func newTask(t *testing.T, mode string, tweak ...func(*Config, *Task)) fixture {
 	t.Helper()
 	scratch := filepath.Join(t.TempDir(), "scratch") // missing: the Task creates it
-	logb := &syncBuf{}
+	logb := &proctest.Buffer{}
 	cfg := Config{
 		Argv:        []string{os.Args[0]},
 		Env:         []string{workertest.EnvMode + "=" + mode},
