@@ -25,18 +25,22 @@ import (
 // "smooth" (moving gradients, closer to real footage). docs/PERFORMANCE.md, "Encode".
 //
 //	go test -run '^$' -bench MP4 -benchtime 3x ./server/encode/
+//
+// benchShapes are the pinned clips of the Wan rows; -short keeps the first only.
+var benchShapes = []struct {
+	name     string
+	n, w, h  int
+	fps      int
+	onlyLong bool
+}{
+	{"wan2.1-17x832x480", 17, 832, 480, 16, false},
+	{"wan2.2-121x1280x704", 121, 1280, 704, 24, true},
+}
+
 func BenchmarkMP4(b *testing.B) {
 	presets := listEnv("ENCODE_PRESETS", encode.X264.Preset)
 	threads := listEnv("ENCODE_THREADS", fmt.Sprint(encode.X264.Threads))
-	shapes := []struct {
-		name     string
-		n, w, h  int
-		fps      int
-		onlyLong bool
-	}{
-		{"wan2.1-17x832x480", 17, 832, 480, 16, false},
-		{"wan2.2-121x1280x704", 121, 1280, 704, 24, true},
-	}
+	shapes := benchShapes
 	saved := encode.X264
 	defer func() { encode.X264 = saved }()
 	for _, sh := range shapes {
@@ -153,15 +157,7 @@ func clipPSNR(b *testing.B, path string, v spec.Video) float64 {
 //	go test -run '^$' -bench StreamedMP4 -benchtime 5x ./server/encode/
 func BenchmarkStreamedMP4(b *testing.B) {
 	ctx := context.Background()
-	for _, sh := range []struct {
-		name     string
-		n, w, h  int
-		fps      int
-		onlyLong bool
-	}{
-		{"wan2.1-17x832x480", 17, 832, 480, 16, false},
-		{"wan2.2-121x1280x704", 121, 1280, 704, 24, true},
-	} {
+	for _, sh := range benchShapes {
 		if sh.onlyLong && testing.Short() {
 			continue
 		}
