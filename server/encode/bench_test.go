@@ -18,14 +18,6 @@ import (
 	"mediaqual/server/encode"
 )
 
-// BenchmarkMP4 times the encoder on the pinned clip shapes for each x264 preset and thread
-// count in ENCODE_PRESETS / ENCODE_THREADS (comma-separated; default: the shipped
-// configuration), and reports the artifact's size and its PSNR against the raw frames. The
-// content is synthetic: "noise" (what L0-random weights give; x264's worst case) and
-// "smooth" (moving gradients, closer to real footage). docs/PERFORMANCE.md, "Encode".
-//
-//	go test -run '^$' -bench MP4 -benchtime 3x ./server/encode/
-//
 // benchShapes are the pinned clips of the Wan rows; -short keeps the first only.
 var benchShapes = []struct {
 	name     string
@@ -37,6 +29,14 @@ var benchShapes = []struct {
 	{"wan2.2-121x1280x704", 121, 1280, 704, 24, true},
 }
 
+// BenchmarkMP4 times the encoder on the pinned clip shapes for each x264 preset and thread
+// count in ENCODE_PRESETS / ENCODE_THREADS (comma-separated; default: the shipped
+// configuration), and reports the artifact's size and its PSNR against the raw frames. The
+// content is synthetic: "noise" (what L0-random weights give; x264's worst case) and
+// "smooth" (moving gradients, closer to real footage). docs/PERFORMANCE.md, "Encode".
+//
+//	go test -run '^$' -bench MP4 -benchtime 3x ./server/encode/
+//
 func BenchmarkMP4(b *testing.B) {
 	presets := listEnv("ENCODE_PRESETS", encode.X264.Preset)
 	threads := listEnv("ENCODE_THREADS", fmt.Sprint(encode.X264.Threads))
