@@ -36,7 +36,6 @@ var benchShapes = []struct {
 // "smooth" (moving gradients, closer to real footage). docs/PERFORMANCE.md, "Encode".
 //
 //	go test -run '^$' -bench MP4 -benchtime 3x ./server/encode/
-//
 func BenchmarkMP4(b *testing.B) {
 	presets := listEnv("ENCODE_PRESETS", encode.X264.Preset)
 	threads := listEnv("ENCODE_THREADS", fmt.Sprint(encode.X264.Threads))
