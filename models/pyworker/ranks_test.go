@@ -26,7 +26,7 @@ func TestRankedWorkerBehindTheServer(t *testing.T) {
 	var log proctest.Buffer
 	task := worker.New(worker.Config{
 		Argv: []string{TorchPython(t), filepath.Join("testdata", "ranked_worker.py"), "--layout", "ulysses-2"},
-		Log:  &log, LoadTimeout: time.Minute,
+		Log:  &log, LoadTimeout: 3 * time.Minute, // two ranks importing torch beside the other packages' tests
 	})
 	t.Cleanup(func() { _ = task.Close() })
 	ctx := context.Background()

@@ -54,7 +54,7 @@ class Ranked:
             if ev is None or ev["event"] != "progress":
                 return ev
 
-    def wait(self, timeout=30):
+    def wait(self, timeout=120):  # generous: make test runs four torch-heavy packages at once
         rc = self.p.wait(timeout=timeout)
         self.err.seek(0)
         return rc, self.err.read()
@@ -83,7 +83,7 @@ def child_pid(stderr):
     raise AssertionError("no rank 1 started in:\n" + stderr)
 
 
-def gone(pid, timeout=10):
+def gone(pid, timeout=30):
     deadline = time.time() + timeout
     while time.time() < deadline:
         try:
@@ -263,7 +263,7 @@ class AdapterLayoutTest(unittest.TestCase):
                 elif ev["event"] != "progress":
                     break
             p.stdin.close()
-            self.assertEqual(p.wait(timeout=60), 0)
+            self.assertEqual(p.wait(timeout=180), 0)
         finally:
             if p.poll() is None:
                 os.killpg(p.pid, 9)
