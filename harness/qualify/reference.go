@@ -125,8 +125,12 @@ func (r *referenceOutputs) runtimeNote(native Native) string {
 	runtime := func(a api.Actual) string {
 		return fmt.Sprintf("engine %s, layout %s", cmp.Or(a.Engine, "-"), cmp.Or(a.Layout, "-"))
 	}
+	keys := slices.Sorted(maps.Keys(native))
+	if len(keys) == 0 {
+		return "no outputs to place"
+	}
 	var other []string
-	for _, key := range slices.Sorted(maps.Keys(native)) {
+	for _, key := range keys {
 		was, ok := rec.Inputs[key]
 		now := native[key].Actual
 		if !ok {
@@ -138,10 +142,7 @@ func (r *referenceOutputs) runtimeNote(native Native) string {
 	if len(other) > 0 {
 		return "another runtime, so bytes may differ (" + strings.Join(other, "; ") + ")"
 	}
-	for _, key := range slices.Sorted(maps.Keys(native)) {
-		return "made with this run's runtime (" + runtime(native[key].Actual) + ")"
-	}
-	return "no outputs to place"
+	return "made with this run's runtime (" + runtime(native[keys[0]].Actual) + ")"
 }
 
 func (r *referenceOutputs) present() bool {

@@ -102,12 +102,5 @@ def apply(pipe, layout, rank, torch):
     # instead of failing an assertion. Qwen-Image splits its prompt's tokens, whose count
     # varies by prompt, and MiniMax-H3's packed sequence has no padding; diffusers' own `run`
     # command always sets it. Where the degree divides, the split is the even one.
-    pipe.transformer.enable_parallelism(config=ContextParallelConfig(ulysses_degree=degree, ulysses_anything=not _plain()))
+    pipe.transformer.enable_parallelism(config=ContextParallelConfig(ulysses_degree=degree, ulysses_anything=True))
     return None
-
-
-def _plain():
-    """MEDIAQUAL_PLAIN_ULYSSES=1: diffusers' even-split Ulysses, for the test showing why not."""
-    import os
-
-    return os.environ.get("MEDIAQUAL_PLAIN_ULYSSES") == "1"

@@ -191,9 +191,9 @@ class GroupLoadTest(unittest.TestCase):
 class TinyPipelineTest(unittest.TestCase):
     """A real tiny WanPipeline on 2 ranks against itself alone (testdata/tiny_wan_parallel.py)."""
 
-    def parallel(self, *args, env=None):
+    def parallel(self, *args):
         out = subprocess.run([sys.executable, os.path.join(HERE, "testdata", "tiny_wan_parallel.py"), *args],
-                             capture_output=True, text=True, timeout=300, env=env)
+                             capture_output=True, text=True, timeout=300)
         self.assertEqual(out.returncode, 0, out.stderr[-4000:])
         return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -201,9 +201,8 @@ class TinyPipelineTest(unittest.TestCase):
         """Why parallel.apply sets ulysses_anything: diffusers' even split fails on 3 tokens. The
         uneven split itself cannot run here: its last gather sends chunks of unequal size,
         which NCCL takes and gloo refuses, so it is left to the GPU."""
-        out = subprocess.run([sys.executable, os.path.join(HERE, "testdata", "tiny_wan_parallel.py"), "ulysses-2", "--odd"],
-                             capture_output=True, text=True, timeout=300,
-                             env=dict(os.environ, MEDIAQUAL_PLAIN_ULYSSES="1"))
+        out = subprocess.run([sys.executable, os.path.join(HERE, "testdata", "tiny_wan_parallel.py"), "ulysses-2", "--odd",
+                              "--plain-ulysses"], capture_output=True, text=True, timeout=300)
         self.assertNotEqual(out.returncode, 0)
         self.assertIn("must be divisible by mesh size", out.stderr)
 

@@ -7,8 +7,9 @@
 // serializes jobs (one at a time per worker), passes each job's settings on stdin, receives
 // progress, frames events and the result on stdout, and reads the frames the worker wrote as
 // raw rgb24 to a scratch file: those a frames event announces at once, handed on to
-// Request.Frames while the job runs, the rest at the result. Scratch files are removed on every path. A worker that dies is restarted before
-// the next job; the job it was running fails with code "worker_crashed".
+// Request.Frames while the job runs, the rest at the result. Scratch files are removed on
+// every path. A worker that dies is restarted before the next job; the job it was running
+// fails with code "worker_crashed".
 package worker
 
 import (

@@ -3,10 +3,11 @@
 gloo under a layout of parallel.py, against the same pipeline run alone. Prints one JSON line
 from rank 0: {"layout", "equal", "differing", "calls": transformer calls per rank, "steps"}.
 
-Usage: tiny_wan_parallel.py LAYOUT [--break-exchange] [--odd]
+Usage: tiny_wan_parallel.py LAYOUT [--break-exchange] [--odd] [--plain-ulysses]
   --break-exchange: cfg-2 without its all_gather (each rank keeps its placeholder), which
   must not give the alone-run's frames: the comparison can fail.
   --odd: a clip of 3 tokens, which 2 ranks cannot split evenly.
+  --plain-ulysses: diffusers' even-split Ulysses on 2 ranks instead of parallel.apply's.
 
 Two things make diffusers 0.42.1's context parallelism run on a CPU at all, both patched here
 only (never in the adapters): enable_parallelism divides the rank by
@@ -74,7 +75,7 @@ def counted(transformer):
     return calls
 
 
-def rank_main(rank, layout, store, broken, odd):
+def rank_main(rank, layout, store, broken, odd, plain):
     dist.init_process_group("cpu:gloo", init_method="file://" + store, rank=rank, world_size=2)
     torch.accelerator.device_count = lambda: 1
     logging.Logger.warning_once = logging.Logger.warning
@@ -82,7 +83,13 @@ def rank_main(rank, layout, store, broken, odd):
     shape = ODD if odd else SHAPE
     alone = generate(pipe, shape) if rank == 0 else None
     calls = counted(pipe.transformer)
-    cfg = parallel.apply(pipe, layout, rank, torch)
+    if plain:  # diffusers' even split, without parallel.apply's ulysses_anything
+        from diffusers import ContextParallelConfig
+
+        pipe.transformer.enable_parallelism(config=ContextParallelConfig(ulysses_degree=2))
+        cfg = None
+    else:
+        cfg = parallel.apply(pipe, layout, rank, torch)
     if cfg is not None:
         cfg.begin(True)  # guidance 5 and a negative prompt: both branches run
         if broken:
@@ -103,11 +110,12 @@ def main():
     layout = sys.argv[1]
     broken = "--break-exchange" in sys.argv[2:]
     odd = "--odd" in sys.argv[2:]
+    plain = "--plain-ulysses" in sys.argv[2:]
     import tempfile
 
     # A file rendezvous: no port to race for with the other tests running beside this one.
     with tempfile.TemporaryDirectory() as tmp:
-        mp.spawn(rank_main, args=(layout, os.path.join(tmp, "store"), broken, odd), nprocs=2)
+        mp.spawn(rank_main, args=(layout, os.path.join(tmp, "store"), broken, odd, plain), nprocs=2)
 
 
 if __name__ == "__main__":
