@@ -15,13 +15,13 @@ const DefaultMaxPixels = 4096 * 4096
 // HTTP job, without HTTP. The suite compares its artifact with the served one byte for byte.
 // fields use the HTTP field names; reference is the encoded image for image_edit. With rawPath
 // set, the raw rgb24 frames the artifact is encoded from are written there too (the suite
-// measures the encoder's quality against them).
-func RunNative(ctx context.Context, m Model, capability spec.Capability, fields map[string]string, reference []byte, outPath, rawPath string) (spec.Settings, Product, error) {
+// measures the encoder's quality against them). progress, when set, is called as steps complete.
+func RunNative(ctx context.Context, m Model, capability spec.Capability, fields map[string]string, reference []byte, outPath, rawPath string, progress func(done, total int)) (spec.Settings, Product, error) {
 	cp := m.Checkpoint
 	if !cp.Has(capability) {
 		return spec.Settings{}, Product{}, fmt.Errorf("model %s does not declare %s (it declares %v)", cp.ID, capability, cp.Capabilities)
 	}
-	req := spec.Request{}
+	req := spec.Request{Progress: progress}
 	var refSize *spec.Size
 	if capability == spec.ImageEdit {
 		if reference == nil {

@@ -351,7 +351,7 @@ func TestDeterministicAndNative(t *testing.T) {
 
 	m := referenceModels(t)[0]
 	require.Equal(t, "ref-t2v", m.Checkpoint.ID)
-	_, p, err := server.RunNative(context.Background(), m, spec.TextToVideo, fields, nil, filepath.Join(t.TempDir(), "native.mp4"), "")
+	_, p, err := server.RunNative(context.Background(), m, spec.TextToVideo, fields, nil, filepath.Join(t.TempDir(), "native.mp4"), "", nil)
 	require.NoError(t, err)
 	assert.Equal(t, digests[0], p.SHA256, "HTTP artifact == native artifact")
 }

@@ -87,7 +87,7 @@ func runTask(args []string, log *slog.Logger) error {
 		return err
 	}
 	for i, j := range jobs {
-		path, err := runJob(ctx, m, capab, j, *raw)
+		path, err := runJob(ctx, m, capab, j, *raw, log)
 		if err != nil {
 			if len(jobs) > 1 {
 				return fmt.Errorf("batch job %d (out %s): %w", i+1, j.Out, err)
@@ -117,7 +117,7 @@ func readBatch(path string) ([]taskJob, error) {
 
 // runJob runs one job and writes <out>/artifact.{mp4,png}, <out>/actual.json and, with raw,
 // <out>/frames.rgb.
-func runJob(ctx context.Context, m server.Model, capab spec.Capability, j taskJob, raw bool) (string, error) {
+func runJob(ctx context.Context, m server.Model, capab spec.Capability, j taskJob, raw bool, log *slog.Logger) (string, error) {
 	var ref []byte
 	if j.Reference != "" {
 		var err error
@@ -140,7 +140,13 @@ func runJob(ctx context.Context, m server.Model, capab spec.Capability, j taskJo
 	if raw {
 		rawPath = filepath.Join(j.Out, "frames.rgb")
 	}
-	settings, p, err := server.RunNative(ctx, m, capab, j.Fields, ref, path, rawPath)
+	// A step line each, with the time since the Task began: a long Task (minutes, for the big
+	// rows) shows it is moving, and one cut off by a time limit still tells its speed.
+	start := time.Now()
+	progress := func(done, total int) {
+		log.Info("step", "done", done, "of", total, "elapsed_s", time.Since(start).Seconds())
+	}
+	settings, p, err := server.RunNative(ctx, m, capab, j.Fields, ref, path, rawPath, progress)
 	if err != nil {
 		return "", err
 	}
