@@ -46,10 +46,11 @@ func Entries() []spec.Entry {
 		NativeTask: "diffusers.MiniMaxH3ModularPipeline, t2va workflow (ComponentsManager auto CPU offload)",
 		// Its L0 bundle is configs only (build_l0.py): the adapter draws the ~69 B random
 		// parameters in memory at load, as the lent machine's 64 GB disk cannot hold them.
-		// On one GPU the text encoder waits in host memory between encodings: ~68 GiB resident,
-		// ~130 GiB while it encodes a prompt beside the transformer.
+		// On one GPU the text encoder waits in host memory between encodings: 68 GiB resident,
+		// a 130.2 GiB peak while it encodes a prompt beside the transformer (measured on an H200,
+		// reports/published/minimax-h3-L0-random-h200-native).
 		Status: spec.Planned,
-		Note:   "native adapter written and unit-tested (tiny real pipeline on CPU, in-memory L0 weights), never run on a GPU: scripts/gpu-runs/minimax-native.sh is its first run",
+		Note:   "native adapter runs on one H200 with in-memory L0-random weights (one native Task, 332 s); multi-GPU layouts and real weights not yet run",
 		Bundle: "MiniMaxAI/MiniMax-H3", GPU: &spec.GPUNeeds{Count: 1, MemoryGB: 140},
 		Video: &spec.VideoContract{MinMotion: 0.5, MinStdDev: 2}, Fixtures: "t2v-prompts",
 		// As for Wan: bf16 drift across GPUs; a judgment, not yet calibrated on real weights.
