@@ -144,14 +144,15 @@ func clipPSNR(b *testing.B, path string, v spec.Video) float64 {
 }
 
 // BenchmarkStreamedMP4 times what streaming frames into the encoder saves: from the last
-// frame being available (the Task returning) to the MP4 on disk. Both variants start the
-// encoder before their frames exist, as a lane does. "unstreamed" then gets the whole clip at
-// once; "streamed" was given all but the last 4 frames (Wan's last VAE chunk) off the clock,
+// frame being available (the Task returning) to the MP4 on disk. Every variant starts the
+// encoder before its frames exist, as a lane does. "unstreamed" then gets the whole clip at
+// once; the streamed ones were given all but the last 4 frames (Wan's last VAE chunk) off the clock,
 // in Wan's chunks (1 frame, then 4 a chunk), with time to drain between them as a decode gives
 // it: in all twice the time one unstreamed encode of the whole clip took (measured once, off
 // the clock; ENCODE_DRAIN_MS sets it), so x264 has caught up when the clock starts, as it
-// has on the GPU host, where the VAE decode takes many times the encode. Both write the same
-// bytes. The wan2.2 shape is skipped with -short. docs/PERFORMANCE.md, "Encode".
+// has on the GPU host, where the VAE decode takes many times the encode. The clock covers
+// what the server waits for after the Task: the encoder and the frames digest. Every variant
+// writes the same bytes and digest. The wan2.2 shape is skipped with -short. docs/PERFORMANCE.md, "Encode".
 //
 //	go test -run '^$' -bench StreamedMP4 -benchtime 5x ./server/encode/
 func BenchmarkStreamedMP4(b *testing.B) {
@@ -184,13 +185,15 @@ func BenchmarkStreamedMP4(b *testing.B) {
 			for n, size := 0, 1; n < v.N-4; n, size = n+size, 4 {
 				chunks = append(chunks, v.Pix[n*v.FrameBytes():min(n+size, v.N-4)*v.FrameBytes()])
 			}
-			for _, streamed := range []bool{false, true} {
-				name := sh.name + "/" + content + "/unstreamed"
-				if streamed {
-					name = sh.name + "/" + content + "/streamed"
-				}
-				b.Run(name, func(b *testing.B) {
+			// unstreamed: the whole clip given at the end; streamed: all but the last chunk
+			// given while "the Task" runs, the encoder digesting them as it feeds ffmpeg;
+			// streamed-digest-after: streamed, but the whole clip digested once the Task
+			// returned, beside the encoder (how the server did it before).
+			for _, variant := range []string{"unstreamed", "streamed", "streamed-digest-after"} {
+				streamed := variant != "unstreamed"
+				b.Run(sh.name+"/"+content+"/"+variant, func(b *testing.B) {
 					path := filepath.Join(b.TempDir(), "clip.mp4")
+					digest := encode.FramesSHA256(v)
 					b.StopTimer()
 					for i := 0; i < b.N; i++ {
 						e, err := encode.StartMP4(ctx, path, v.W, v.H, sh.fps)
@@ -206,10 +209,23 @@ func BenchmarkStreamedMP4(b *testing.B) {
 							time.Sleep(100 * time.Millisecond) // ffmpeg loads while "the Task" runs
 						}
 						b.StartTimer()
-						if err := e.Encode(v); err != nil {
-							b.Fatal(err)
+						var got string
+						if variant == "streamed-digest-after" {
+							beside := make(chan string, 1)
+							go func() { beside <- encode.FramesSHA256(v) }()
+							err = e.Encode(v)
+							got = <-beside
+						} else {
+							err = e.Encode(v)
+							got = e.FramesSHA256()
 						}
 						b.StopTimer()
+						if err != nil {
+							b.Fatal(err)
+						}
+						if got != digest {
+							b.Fatalf("%s: frames digest %s, want %s", variant, got, digest)
+						}
 					}
 					got, err := os.ReadFile(path)
 					if err != nil || !bytes.Equal(got, wantBytes) {

@@ -14,6 +14,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"hash"
 	"hash/crc32"
 	"io"
 	"os"
@@ -68,7 +69,8 @@ func MP4(ctx context.Context, path string, v spec.Video, fps int) error {
 // starts, so the process start and library loading (tens of milliseconds) overlap the Task
 // instead of following it (docs/PERFORMANCE.md, "Encode"). The Task may Stream the clip's
 // first frames while it still runs; Encode then writes only the rest. Its output is MP4's,
-// byte for byte. Every MP4Encoder ends with exactly one Encode or Abort.
+// byte for byte. Every MP4Encoder ends with exactly one Encode or Abort. It digests the frames
+// as it feeds them to ffmpeg (FramesSHA256), so a streamed clip's digest is done with it.
 type MP4Encoder struct {
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
@@ -77,6 +79,7 @@ type MP4Encoder struct {
 	path   string
 	w, h   int
 	done   chan struct{} // closed when the writer has closed stdin and returned
+	digest *framesDigest // of every chunk written, in order; the writer's alone until done
 
 	mu       sync.Mutex
 	cond     *sync.Cond // signals the writer: a chunk was queued, or the encoder is closing
@@ -97,7 +100,8 @@ func StartMP4(ctx context.Context, path string, w, h, fps int) (*MP4Encoder, err
 	if w <= 0 || h <= 0 || w%2 != 0 || h%2 != 0 {
 		return nil, fmt.Errorf("encode: %dx%d is not even in both dimensions (yuv420p needs it)", w, h)
 	}
-	e := &MP4Encoder{path: path, w: w, h: h, tmp: filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp"), done: make(chan struct{})}
+	e := &MP4Encoder{path: path, w: w, h: h, tmp: filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp"),
+		done: make(chan struct{}), digest: newFramesDigest()}
 	e.cond = sync.NewCond(&e.mu)
 	e.cmd = exec.CommandContext(ctx, "ffmpeg", MP4Args(w, h, fps, e.tmp)...)
 	e.cmd.Stderr = &e.stderr
@@ -112,7 +116,9 @@ func StartMP4(ctx context.Context, path string, w, h, fps int) (*MP4Encoder, err
 	return e, nil
 }
 
-// write is the one goroutine that feeds ffmpeg, so that Stream never waits for x264.
+// write is the one goroutine that feeds ffmpeg, so that Stream never waits for x264. Each
+// chunk is digested once ffmpeg has it; the last only after stdin is closed, so x264 flushes
+// while the digest finishes.
 func (e *MP4Encoder) write() {
 	defer close(e.done)
 	for {
@@ -127,6 +133,7 @@ func (e *MP4Encoder) write() {
 		}
 		chunk, failed := e.queue[0], e.werr != nil
 		e.queue[0], e.queue = nil, e.queue[1:]
+		last := e.closing && len(e.queue) == 0 // closing: nothing more is queued
 		e.mu.Unlock()
 		if failed {
 			continue
@@ -135,7 +142,14 @@ func (e *MP4Encoder) write() {
 			e.mu.Lock()
 			e.werr = err
 			e.mu.Unlock()
+			continue
 		}
+		if last {
+			e.stdin.Close()
+			e.digest.write(chunk)
+			return
+		}
+		e.digest.write(chunk)
 	}
 }
 
@@ -213,6 +227,12 @@ func (e *MP4Encoder) Encode(v spec.Video) error {
 		return fmt.Errorf("encode: ffmpeg: %v: %s", cmp.Or(err, werr), bytes.TrimSpace(e.stderr.Bytes()))
 	}
 	return os.Rename(e.tmp, e.path)
+}
+
+// FramesSHA256 is FramesSHA256 of the clip an Encode that returned nil wrote.
+func (e *MP4Encoder) FramesSHA256() string {
+	<-e.done
+	return e.digest.sum()
 }
 
 // Abort stops an encoder whose frames will not come, drops what is queued and removes what it
@@ -293,14 +313,47 @@ func chunk(w *bufio.Writer, typ string, data []byte) {
 }
 
 // FramesSHA256 digests v as the RGBA bytes of its frames (opaque alpha), the definition the
-// ledger's frames_sha256 has always had, so digests stay comparable across releases. Rows are
-// expanded a frame at a time into a reused buffer.
+// ledger's frames_sha256 has always had, so digests stay comparable across releases.
 func FramesSHA256(v spec.Video) string {
-	h := sha256.New()
-	buf := make([]byte, 4*v.W*v.H)
-	for i := 0; i < v.N; i++ {
-		spec.ExpandRGB(buf, v.Frame(i))
-		h.Write(buf)
-	}
-	return hex.EncodeToString(h.Sum(nil))
+	d := newFramesDigest()
+	d.write(v.Pix)
+	return d.sum()
 }
+
+// framesDigest is FramesSHA256 fed in pieces, so an encoder can digest a clip's frames as
+// they stream in. A piece may end inside a pixel; the rest waits for the next.
+type framesDigest struct {
+	h    hash.Hash
+	rgba []byte // expansion buffer, reused
+	part []byte // 0-2 bytes of a pixel split across pieces
+}
+
+func newFramesDigest() *framesDigest {
+	return &framesDigest{h: sha256.New(), rgba: make([]byte, 4*digestPixels)}
+}
+
+// digestPixels bounds the expansion buffer (256 kB of RGBA).
+const digestPixels = 64 << 10
+
+func (d *framesDigest) write(rgb []byte) {
+	if len(d.part) > 0 {
+		n := min(3-len(d.part), len(rgb))
+		d.part, rgb = append(d.part, rgb[:n]...), rgb[n:]
+		if len(d.part) < 3 {
+			return
+		}
+		spec.ExpandRGB(d.rgba, d.part)
+		d.h.Write(d.rgba[:4])
+		d.part = d.part[:0]
+	}
+	for len(rgb) >= 3 {
+		n := min(len(rgb)/3, digestPixels)
+		spec.ExpandRGB(d.rgba, rgb[:3*n])
+		d.h.Write(d.rgba[:4*n])
+		rgb = rgb[3*n:]
+	}
+	d.part = append(d.part, rgb...)
+}
+
+// sum is the digest of every whole pixel written.
+func (d *framesDigest) sum() string { return hex.EncodeToString(d.h.Sum(nil)) }

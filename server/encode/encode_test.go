@@ -184,8 +184,9 @@ func TestMP4FromRGB24(t *testing.T) {
 }
 
 // TestStreamedMP4: a clip streamed in uneven chunks (a byte, a frame and a half, ...), with
-// the rest given to Encode, is MP4's file byte for byte; so is one streamed whole, and one
-// streamed while ffmpeg is stopped, which shows Stream does not wait for the encoder.
+// the rest given to Encode, is MP4's file byte for byte, with the clip's frames digest; so is
+// one streamed whole, and one streamed while ffmpeg is stopped, which shows Stream does not
+// wait for the encoder.
 func TestStreamedMP4(t *testing.T) {
 	dir := t.TempDir()
 	ctx := t.Context() // its end kills an ffmpeg a failed test left stopped
@@ -217,6 +218,12 @@ func TestStreamedMP4(t *testing.T) {
 			gb, err := os.ReadFile(got)
 			require.NoError(t, err)
 			assert.Equal(t, wb, gb)
+			// The digest made while streaming (chunks ending inside a pixel included) is the
+			// clip's; one byte changed gives another.
+			assert.Equal(t, encode.FramesSHA256(v), e.FramesSHA256())
+			other := spec.Video{W: v.W, H: v.H, N: v.N, Pix: bytes.Clone(v.Pix)}
+			other.Pix[len(other.Pix)/2] ^= 1
+			assert.NotEqual(t, encode.FramesSHA256(other), e.FramesSHA256())
 		})
 	}
 
@@ -245,6 +252,7 @@ func TestStreamedMP4(t *testing.T) {
 		wb, _ := os.ReadFile(bigWant)
 		gb, _ := os.ReadFile(got)
 		assert.True(t, bytes.Equal(wb, gb), "streamed while stopped: %d bytes, want %d", len(gb), len(wb))
+		assert.Equal(t, encode.FramesSHA256(big), e.FramesSHA256())
 	})
 }
 
