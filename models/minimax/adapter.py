@@ -37,7 +37,7 @@ which is what ModularPipeline.from_pretrained(bundle, workflow="t2va") does, exc
 blocks are ours to extend first (the step hook below). The t2va workflow loads only its own
 components, and text-to-video is the call with no image/last_image/references:
   pipe(prompt=..., height=..., width=..., num_frames=..., num_inference_steps=...,
-       generator=torch.Generator(...).manual_seed(seed), output_type="np", output="videos")
+       generator=torch.Generator(...).manual_seed(seed), output_type="pt", output="videos")
 
 The model's rules, and what the adapter does with them (nothing is clamped or rounded):
 - frames: the video VAE encodes 17-frame chunks keeping 5 latents, so counts are 17n+5
@@ -233,7 +233,11 @@ def pipeline_kwargs(settings, generator_for, g=RELEASED):
         "num_frames": num_frames,
         "num_inference_steps": steps,
         "generator": generator_for(seed),
-        "output_type": "np",
+        # Tensors stay on the device: the backend quantizes them there (pyworker to_rgb24), so
+        # only uint8 crosses to the host. With "np" the frames reached the host as 1.5 GB of
+        # float32 and the worker quantized them there; the hand-over at the pinned shape was
+        # 3.06 s on the H200 (reports/published/minimax-h3-L0-random-h200-native).
+        "output_type": "pt",
     }
 
 
@@ -623,16 +627,17 @@ class DiffusersBackend(pw.TorchBackend):
         m = self.geometry.canvas_multiple
         t0 = time.perf_counter()
         self.call({"prompt": "warmup", "height": m, "width": m, "num_frames": self.geometry.frame_range()[0],
-                   "num_inference_steps": max(2, steps), "output_type": "np", "generator": self.generator(0)})
+                   "num_inference_steps": max(2, steps), "output_type": "pt", "generator": self.generator(0)})
         self.synchronize()
         log("warm-up (%d steps) took %.1f s" % (steps, time.perf_counter() - t0))
 
     def call(self, kwargs):
-        """The native generation call; returns frames (F, H, W, 3) float in [0, 1]. The pipeline
-        also decodes a soundtrack (state "audio"), which is not returned."""
+        """The native generation call; returns the frames as (F, H, W, 3) uint8, quantized on the
+        device from the pipeline's (B, F, C, H, W) floats in [0, 1]. The pipeline also decodes a
+        soundtrack (state "audio"), which is not returned."""
         with self.torch.inference_mode():
             videos = self.pipe(**kwargs, output="videos")
-        return videos[0]
+            return self.to_rgb24(videos[0])
 
 
 # --------------------------------------------------------------------------------------------

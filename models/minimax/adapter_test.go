@@ -78,7 +78,7 @@ func TestAdapterMapsEveryDeclaredSetting(t *testing.T) {
 		assert.Equal(t, map[string]any{
 			"prompt": s.Prompt, "height": float64(s.Size.H), "width": float64(s.Size.W),
 			"num_frames": float64(s.NumFrames), "num_inference_steps": float64(s.Steps),
-			"generator": float64(s.Seed), "output_type": "np",
+			"generator": float64(s.Seed), "output_type": "pt",
 		}, got.Kwargs, "t2va: no guidance_scale, negative_prompt or fps reaches the pipeline")
 		// What the adapter reports for a clip of exactly the asked shape is what the server
 		// checks against the request.

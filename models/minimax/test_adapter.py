@@ -56,7 +56,7 @@ class MappingTest(unittest.TestCase):
             "num_frames": 124,
             "num_inference_steps": 50,
             "generator": ("generator", 0),
-            "output_type": "np",
+            "output_type": "pt",
         })
         for absent in ("fps", "guidance_scale", "negative_prompt", "image", "last_image", "references"):
             self.assertNotIn(absent, kw, "t2va takes no %s (the pipeline would only warn about it)" % absent)
@@ -479,6 +479,27 @@ class TinyPipelineTest(testing.RealWorkerTestCase):
         self.assertEqual(progress, [(2, 2)])
         self.proc.stdin.close()
         self.assertEqual(self.proc.wait(30), 0)
+
+    def test_device_quantizing_gives_the_numpy_paths_bytes(self):
+        """The frames quantized where the pipeline made them (output_type "pt", to_rgb24) are the
+        bytes of the pipeline's own numpy output through rgb24, the path used before; another
+        seed's differ, so the comparison can fail."""
+        import numpy as np
+
+        b = adapter.DiffusersBackend(adapter.Config(os.path.join(self.tmp, "MiniMaxAI", "MiniMax-H3"), device="cpu",
+                                                    offload="none"))
+        kw = adapter.pipeline_kwargs(settings(size="64x32", num_inference_steps=2), b.generator, b.geometry)
+        self.assertEqual(kw["output_type"], "pt")
+        got = b.call(dict(kw))
+        self.assertEqual((got.shape, got.dtype), ((124, 32, 64, 3), np.uint8))
+
+        def numpy_path(seed):
+            with b.torch.inference_mode():
+                video = b.pipe(**dict(kw, output_type="np", generator=b.generator(seed)), output="videos")[0]
+            return adapter.pw.rgb24(video)
+
+        self.assertTrue(np.array_equal(got, numpy_path(0)))
+        self.assertFalse(np.array_equal(got, numpy_path(1)))
 
 
 # --------------------------------------------------------------------------------------------
