@@ -186,7 +186,7 @@ class Group:
 def follow(family, group, log):
     """Ranks 1..N-1: load, then run every job rank 0 shares until it shares None. Progress and
     frames are rank 0's; a failure that is not shared by every rank ends this process."""
-    from .worker import Cancelled, JobError
+    from .worker import Cancelled, JobError, settle_heap
 
     err = None
     try:
@@ -196,6 +196,7 @@ def follow(family, group, log):
         log("load failed: %s" % err)
     if any(group.gather(err)):
         return 1
+    settle_heap()
     while True:
         msg = group.share()
         if msg is None:

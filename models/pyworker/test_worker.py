@@ -1,9 +1,12 @@
 """Tests of the shared worker machinery (worker.py) that need no torch; numpy only where
 installed. models/pyworker/worker_test.go runs them under `go test ./...`."""
 
+import gc
 import os
+import re
 import sys
 import tempfile
+import threading
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # models/
@@ -155,3 +158,53 @@ class LayoutTest(unittest.TestCase):
         self.assertEqual(pw.layout_arg("cfg-2"), "cfg-2")
         with self.assertRaises(argparse.ArgumentTypeError):
             pw.layout_arg("cfg-3")
+
+
+class CollectingFamily:
+    """A family whose one-pixel Task runs a full garbage collection."""
+
+    precision = "fp32"
+
+    def load(self):
+        pass
+
+    def run(self, settings, reference, progress, cancelled):
+        gc.collect()
+        return pw.Output([[[[0.5, 0.5, 0.5]]]], {"width": 1, "height": 1}, 1.0, 0.0, {})
+
+
+class PausesTest(unittest.TestCase):
+    def test_collections_are_counted_and_reset(self):
+        p = pw.Pauses()
+        self.addCleanup(p.close)
+        gc.disable()
+        self.addCleanup(gc.enable)
+        p.take()
+        gc.collect()
+        n, full, ms = p.take()
+        self.assertEqual((n, full), (1, 1))
+        self.assertGreater(ms, 0.0)
+        self.assertEqual(p.take(), (0, 0, 0.0))
+
+    def test_settle_freezes_the_loaded_heap(self):
+        self.addCleanup(gc.unfreeze)
+        pw.settle_heap()
+        self.assertGreater(gc.get_freeze_count(), 0)
+
+    def test_a_jobs_full_collection_is_logged(self):
+        logs, inp, out = [], testing.PipeIn(), testing.LineOut()
+        w = pw.Worker(out, CollectingFamily(), logs.append)
+        self.addCleanup(gc.unfreeze)
+        t = threading.Thread(target=w.serve, args=(inp,), daemon=True)
+        t.start()
+        self.assertEqual(out.next_event()["event"], "ready")
+        self.assertGreater(gc.get_freeze_count(), 0, "frozen before ready")
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "out.rgb")
+            open(path, "wb").close()
+            inp.send({"op": "run", "id": "j", "settings": {}, "output": path})
+            self.assertEqual(out.next_event()["event"], "result")
+            inp.close()
+            t.join(5)
+        self.assertTrue(any(re.match(r"job j: \d+ garbage collections \([1-9]\d* full\) paused it for", line)
+                            for line in logs), logs)

@@ -22,6 +22,7 @@ Nothing here imports torch, numpy or Pillow at module level: the mapping, the pr
 rgb24 conversion are testable without them.
 """
 
+import gc
 import json
 import math
 import os
@@ -610,6 +611,49 @@ class TorchBackend:
 # Protocol
 
 
+PAUSE_LOG_MS = 10.0  # a job's collections are logged from this much pause on, or any full one
+
+
+def settle_heap():
+    """After load: one full collection, then gc.freeze(), so the objects the load made (modules,
+    parameters' wrappers, compiled graphs: most of a worker's heap) are never scanned again.
+    Otherwise a full collection can land inside a Task and stall its kernel launches for as long
+    as it takes to walk that heap."""
+    gc.collect()
+    gc.freeze()
+
+
+class Pauses:
+    """The garbage collector's pauses, through gc.callbacks: take() returns (collections, full
+    collections, ms) since the last take(). The worker logs a job's, so a slow Task can be
+    told apart from a collection inside it."""
+
+    def __init__(self, clock=time.perf_counter):
+        self.clock = clock
+        self.count = self.full = 0
+        self.ms = 0.0
+        self.began = None
+        gc.callbacks.append(self.callback)
+
+    def callback(self, phase, info):
+        if phase == "start":
+            self.began = self.clock()
+        elif self.began is not None:
+            self.ms += (self.clock() - self.began) * 1000.0
+            self.count += 1
+            self.full += info.get("generation") == 2
+            self.began = None
+
+    def take(self):
+        got = (self.count, self.full, self.ms)
+        self.count = self.full = 0
+        self.ms = 0.0
+        return got
+
+    def close(self):
+        gc.callbacks.remove(self.callback)
+
+
 class Worker:
     """The JSON-lines loop of docs/WORKER.md around a family object (see the module doc)."""
 
@@ -624,6 +668,7 @@ class Worker:
         self.queued = set()  # ids read but not started
         self.current = None  # id of the running job
         self.cancelled = set()
+        self.pauses = None  # Pauses, from "ready" on
 
     # ---- output
 
@@ -703,6 +748,8 @@ class Worker:
         if err:
             self.emit({"event": "fatal", "message": err})
             return 1
+        settle_heap()
+        self.pauses = Pauses()
         ready = {"event": "ready", "precision": self.family.precision, "pid": os.getpid()}
         info = getattr(self.family, "ready_info", None)
         if info:
@@ -723,12 +770,16 @@ class Worker:
             with self.state:
                 self.queued.discard(job_id)
                 self.current = job_id
+            self.pauses.take()
             try:
                 ok = self.run(job_id, msg)
             finally:
                 with self.state:
                     self.current = None
                     self.cancelled.discard(job_id)
+            n, full, ms = self.pauses.take()
+            if full or ms >= PAUSE_LOG_MS:
+                self.log("job %s: %d garbage collections (%d full) paused it for %.1f ms" % (job_id, n, full, ms))
             if not ok and g is not None:
                 # A collective may be half-done on some rank: the group cannot go on.
                 self.log("ending the group after job %s failed mid-call; the server restarts it" % job_id)
