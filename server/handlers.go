@@ -29,12 +29,13 @@ import (
 type requestInfo struct {
 	requestID, correlationID, route, base string
 	inputs                                map[string]string
+	received                              time.Time // the handler began: the body is read and checked from here
 }
 
-func newRequestInfo(r *http.Request, route string) requestInfo {
+func newRequestInfo(r *http.Request, route string, received time.Time) requestInfo {
 	return requestInfo{
 		requestID: requestID(r), correlationID: r.Header.Get("X-Correlation-ID"),
-		route: route, base: baseURL(r), inputs: map[string]string{},
+		route: route, base: baseURL(r), inputs: map[string]string{}, received: received,
 	}
 }
 
@@ -62,6 +63,7 @@ func (s *Server) laneFor(model string, want spec.Capability) (*lane, *apiError) 
 
 func (s *Server) createVideo(w http.ResponseWriter, r *http.Request) {
 	const route = "POST /v1/videos"
+	received := time.Now()
 	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 	f, e := readForm(r, true)
 	if e != nil {
@@ -84,7 +86,7 @@ func (s *Server) createVideo(w http.ResponseWriter, r *http.Request) {
 		s.reject(w, r, route, model, e)
 		return
 	}
-	info := newRequestInfo(r, route)
+	info := newRequestInfo(r, route, received)
 	info.inputs["prompt_sha256"] = digest([]byte(settings.Prompt))
 	j := s.newJob("video_", ".mp4", spec.TextToVideo, l, spec.Request{Settings: settings}, info)
 	if !s.admit(w, r, route, j) {
@@ -280,6 +282,7 @@ func (s *Server) deleteJob(w http.ResponseWriter, r *http.Request, kind spec.Cap
 
 func (s *Server) createEdit(w http.ResponseWriter, r *http.Request) {
 	const route = "POST /v1/images/edits"
+	received := time.Now()
 	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 	f, e := readForm(r, false)
 	if e != nil {
@@ -302,7 +305,7 @@ func (s *Server) createEdit(w http.ResponseWriter, r *http.Request) {
 		s.reject(w, r, route, model, e)
 		return
 	}
-	info := newRequestInfo(r, route)
+	info := newRequestInfo(r, route, received)
 	info.inputs["prompt_sha256"] = digest([]byte(settings.Prompt))
 	info.inputs["reference_sha256"] = digest(refBytes)
 	info.inputs["reference_size"] = refSize.String()

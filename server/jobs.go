@@ -50,6 +50,7 @@ type job struct {
 	// guarded by Server.mu
 	status    string // queued | in_progress | completed | failed
 	progress  int
+	received  time.Time // the request's handler began (zero: unknown, as created)
 	created   time.Time
 	started   time.Time
 	laneIdx   int       // the index of the lane (the Task) that ran it
@@ -80,7 +81,7 @@ func (s *Server) newJob(prefix, ext string, kind spec.Capability, l *lane, req s
 		id: id, kind: kind, lane: l, req: req, requestID: r.requestID, correlationID: r.correlationID,
 		route: r.route, base: r.base, inputs: r.inputs,
 		path: filepath.Join(s.cfg.ArtifactDir, id+ext), ctx: ctx, cancel: cancel,
-		done: make(chan struct{}), status: "queued", created: time.Now(),
+		done: make(chan struct{}), status: "queued", received: r.received, created: time.Now(),
 	}
 }
 
@@ -247,9 +248,13 @@ func (j *job) timing() *Timing {
 	if j.started.IsZero() {
 		return &Timing{}
 	}
-	t := &Timing{QueueMS: ms(j.started.Sub(j.created))}
+	from := j.created
+	if !j.received.IsZero() {
+		from = j.received
+	}
+	t := &Timing{ReceiveMS: ms(j.created.Sub(from)), QueueMS: ms(j.started.Sub(j.created))}
 	if !j.completed.IsZero() {
-		t.TotalMS = ms(j.completed.Sub(j.created))
+		t.TotalMS = ms(j.completed.Sub(from))
 	}
 	if !j.encoding.IsZero() {
 		t.EncodeWaitMS = ms(j.encoding.Sub(j.generated))
@@ -258,7 +263,7 @@ func (j *job) timing() *Timing {
 		t.TaskCallWallMS, t.EncodeMS, t.HandoverMS = ms(p.TaskWall), ms(p.Encode), ms(p.Handover)
 		t.TaskPhasesMS, t.StreamedFrames = p.Phases, p.StreamedFrames
 		// The rest is the server's own work around them: checks, file digest, bookkeeping.
-		t.OtherMS = math.Round(max(0, t.TotalMS-t.QueueMS-t.TaskCallWallMS-t.HandoverMS-t.EncodeWaitMS-t.EncodeMS)*1000) / 1000
+		t.OtherMS = math.Round(max(0, t.TotalMS-t.ReceiveMS-t.QueueMS-t.TaskCallWallMS-t.HandoverMS-t.EncodeWaitMS-t.EncodeMS)*1000) / 1000
 	}
 	return t
 }

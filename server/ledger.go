@@ -53,9 +53,10 @@ type JobError struct {
 }
 
 // Timing splits a job's time so client latency can be set against the Task alone. The parts
-// of total_ms, in order: queue, Task call (task_phases_ms splits it where the Task can),
-// hand-over, wait for the encoder, encode, other.
+// of total_ms, in order: receive, queue, Task call (task_phases_ms splits it where the Task
+// can), hand-over, wait for the encoder, encode, other.
 type Timing struct {
+	ReceiveMS      float64            `json:"receive_ms"` // handler began -> job made: the body read, parsed and checked (an edit's reference decoded)
 	QueueMS        float64            `json:"queue_ms"`
 	TaskCallWallMS float64            `json:"task_call_wall_ms"`
 	TaskPhasesMS   map[string]float64 `json:"task_phases_ms,omitempty"` // e.g. encode_prompt, denoise, decode, as the Task timed them
@@ -63,7 +64,7 @@ type Timing struct {
 	EncodeWaitMS   float64            `json:"encode_wait_ms"`           // behind the previous clip's encode
 	EncodeMS       float64            `json:"encode_ms"`                // encoder, with the raw frames digested meanwhile
 	OtherMS        float64            `json:"other_ms"`                 // the rest: checks, artifact digest, bookkeeping
-	TotalMS        float64            `json:"total_ms"`                 // accepted -> completed, as the server saw it
+	TotalMS        float64            `json:"total_ms"`                 // received -> completed, as the server saw it
 	StreamedFrames int                `json:"streamed_frames"`          // not a part: frames that reached the encoder before the Task returned
 }
 

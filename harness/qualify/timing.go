@@ -152,7 +152,10 @@ func timeParts(reqs []Artifact) []reports.TimePart {
 		}
 		return reports.TimePart{Name: name, MS: pct(xs, 50)}
 	}
-	parts := []reports.TimePart{part("queue", func(s Artifact) float64 { return s.timing.QueueMS })}
+	parts := []reports.TimePart{
+		part("receive", func(s Artifact) float64 { return s.timing.ReceiveMS }),
+		part("queue", func(s Artifact) float64 { return s.timing.QueueMS }),
+	}
 	if len(names) == 0 {
 		parts = append(parts, part("task", func(s Artifact) float64 { return s.timing.TaskCallWallMS }))
 	}
