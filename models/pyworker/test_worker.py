@@ -208,3 +208,5 @@ class PausesTest(unittest.TestCase):
             t.join(5)
         self.assertTrue(any(re.match(r"job j: \d+ garbage collections \([1-9]\d* full\) paused it for", line)
                             for line in logs), logs)
+        self.assertTrue(any(re.match(r"job j: outside the Task call [\d.]+ ms around it, [\d.]+ ms after it \(0 frames",
+                                     line) for line in logs), logs)

@@ -792,7 +792,9 @@ class Worker:
 
     def produce(self, job_id, msg, output, reference, progress):
         """Runs the family and leaves the job's frames in output: streamed while the Task
-        made them where the family can, the rest after. Returns (output, shape)."""
+        made them where the family can, the rest after. Returns (output, shape), and logs the
+        worker's share of the job's hand-over: its time outside the Task call, around it (the
+        settings, the reference, bookkeeping) and after it (frames to bytes, written)."""
         f = self.family
         stream = None
         more = {}
@@ -800,7 +802,9 @@ class Worker:
             more["stream"] = stream = FrameStream(output, lambda n, w, h: self.emit(
                 {"event": "frames", "id": job_id, "frames": n, "width": w, "height": h}))
         try:
+            began = time.perf_counter()
             out = f.run(msg.get("settings"), reference, progress, lambda: self.is_cancelled_everywhere(job_id), **more)
+            ran = time.perf_counter()
             shape = frames, height, width, _ = video_shape(out.video)
             data = rgb24(out.video)
             streamed = stream.finish() if stream is not None else 0
@@ -809,6 +813,8 @@ class Worker:
             n = write_frames(output, data, append=streamed > 0) + streamed * height * width * 3
             if n != frames * height * width * 3:
                 raise JobError("bad_pipeline_output", "wrote %d bytes, expected %d" % (n, frames * height * width * 3))
+            self.log("job %s: outside the Task call %.1f ms around it, %.1f ms after it (%d frames streamed)" % (
+                job_id, max(0.0, (ran - began) * 1000.0 - out.task_wall_ms), (time.perf_counter() - ran) * 1000.0, streamed))
             return out, shape
         finally:
             if stream is not None:
