@@ -4,7 +4,8 @@
 # ROW is the -run pattern (Wan2.1, Qwen, ...), the second argument the L0 builder to use.
 # Environment: MEDIAQUAL_ENGINE, MEDIAQUAL_CONCURRENCY, MEDIAQUAL_GPUS (default 0) and
 # MEDIAQUAL_LAYOUT (e.g. MEDIAQUAL_GPUS=0,1 MEDIAQUAL_LAYOUT=cfg-2 on nvidia-h200-x2) are passed to
-# the suite; LIMIT (seconds, default 480). What it writes goes to $OUT (the device tool's output folder).
+# the suite; LIMIT (seconds, default 480). It leaves one archive, run-<tag>.tgz, in $OUT (the device
+# tool's output folder), so two runs fit one device call.
 row=$1 builder=$2
 source .gpu/setup.sh || exit 1
 set -x
@@ -22,10 +23,14 @@ time timeout "${LIMIT:-480}" /tmp/bin/qual.test -test.run "$row" -test.v=test2js
 echo "qual.test rc=$?"
 kill %1
 cd "$MEDIAQUAL_REPORT_DIR" || exit 1
-# What comes back: the reports, the ledger and logs (the device returns files up to 16 MiB, so
-# artifacts and raw frames stay there; pictures come apart).
-cp results.json results.md index.html "$OUT/" 2>/dev/null
-tar czf "$OUT/report-$tag.tgz" --exclude='*.mp4' --exclude='*.rgb' --exclude='*.png' --exclude='profile_export_raw.jsonl' --exclude='inputs.json' --exclude='raw_records' .
-mkdir -p "$OUT/pictures-$tag" && find . -path '*pictures*' -name '*.png' -exec cp {} "$OUT/pictures-$tag/" \;
-grep -E "where the time|task speed|encode quality|timing \(" results.md
+# What comes back: one archive a run (the device returns at most 8 files a call, so two runs
+# fit one call), with the reports, the ledger, logs and pictures; artifacts and raw frames stay
+# there (the device returns files up to 16 MiB).
+mv "$OUT/smi-$tag.log" "$OUT/test2json-$tag.out" .
+tar cf /tmp/run.tar --exclude='*.mp4' --exclude='*.rgb' --exclude='*.png' --exclude='profile_export_raw.jsonl' \
+  --exclude='inputs.json' --exclude='raw_records' .
+find . -path '*pictures*' -name '*.png' -print0 | tar rf /tmp/run.tar --null -T -  # the report's pictures only
+gzip -c /tmp/run.tar >"$OUT/run-$tag.tgz" && rm /tmp/run.tar
+ls -la "$OUT/run-$tag.tgz"
+grep -E "where the time went|task speed|encode quality|timing \(" results.md
 true
