@@ -113,8 +113,15 @@ func TestEngineReachesTheWorker(t *testing.T) {
 
 	qwen, err := models.Lookup("Qwen/Qwen-Image-Edit-2511")
 	require.NoError(t, err)
-	assert.NotContains(t, workerArgv(qwen.Checkpoint), "--engine")
-	_, err = withEngine(qwen.Checkpoint, "regional-compile")
+	compiled, err := withEngine(qwen.Checkpoint, "regional-compile")
+	require.NoError(t, err)
+	argv = workerArgv(compiled)
+	assert.Equal(t, []string{"--engine", "regional-compile"}, argv[len(argv)-4:len(argv)-2])
+
+	minimax, err := models.Lookup("MiniMaxAI/MiniMax-H3")
+	require.NoError(t, err)
+	assert.NotContains(t, workerArgv(minimax.Checkpoint), "--engine")
+	_, err = withEngine(minimax.Checkpoint, "regional-compile")
 	assert.ErrorContains(t, err, "has no engine choice")
 }
 

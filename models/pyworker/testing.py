@@ -166,11 +166,12 @@ class RealWorkerTestCase(unittest.TestCase):
     bundle. A subclass's setUpClass makes cls.tmp and its bundle, then calls start_worker."""
 
     @classmethod
-    def start_worker(cls, argv):
+    def start_worker(cls, argv, stderr=None):
+        """stderr: a file for the worker's log lines (default: dropped)."""
         import subprocess
 
-        cls.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                    text=True, bufsize=1)
+        cls.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=stderr if stderr is not None else subprocess.DEVNULL, text=True, bufsize=1)
 
     @classmethod
     def tearDownClass(cls):

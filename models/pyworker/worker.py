@@ -77,12 +77,13 @@ class Output:
     """What a family's run() produced: video is (frames, height, width, 3) floats in [0,1] (a
     numpy array or nested lists; an image is one frame); actual is spec.Actual."""
 
-    def __init__(self, video, actual, task_wall_ms, peak_memory_mb, phases_ms=None):
+    def __init__(self, video, actual, task_wall_ms, peak_memory_mb, phases_ms=None, compiled=0):
         self.video = video
         self.actual = actual
         self.task_wall_ms = task_wall_ms
         self.peak_memory_mb = peak_memory_mb
         self.phases_ms = phases_ms or {}
+        self.compiled = compiled  # graphs a compiled engine made during the call: its time is in the Task
 
 
 # --------------------------------------------------------------------------------------------
@@ -362,6 +363,8 @@ class PipelineFamily:
         kwargs["callback_on_step_end"] = on_step
         marks = getattr(b, "marks", None)
         b.stream = stream  # a backend that can stream frames reads it during call()
+        graphs = getattr(b, "graphs", lambda: 0)
+        before = graphs()
         try:
             b.reset_peak()
             if marks is not None:
@@ -383,7 +386,7 @@ class PipelineFamily:
         for key in ("engine", "layout"):
             if getattr(b, key, None):
                 actual[key] = getattr(b, key)
-        return Output(video, actual, wall_ms, peak, phases)
+        return Output(video, actual, wall_ms, peak, phases, graphs() - before)
 
 
 def phases_ms(marks, t0, t1):
@@ -446,6 +449,15 @@ class TorchBackend:
             inductor.deterministic = True
             pipe.transformer.compile_repeated_blocks(fullgraph=True)
         self.engine = engine
+
+    def graphs(self):
+        """How many graphs torch.compile has made in this process (0 for eager): a job during
+        which it grew compiled inside its Task."""
+        if self.engine in (None, "eager"):
+            return 0
+        from torch._dynamo.utils import counters
+
+        return counters["stats"]["unique_graphs"]
 
     layout = None  # set by apply_layout, for families that offer a choice
     cfg_parallel = None  # parallel.CFGParallel under cfg-2
@@ -815,6 +827,9 @@ class Worker:
                 raise JobError("bad_pipeline_output", "wrote %d bytes, expected %d" % (n, frames * height * width * 3))
             self.log("job %s: outside the Task call %.1f ms around it, %.1f ms after it (%d frames streamed)" % (
                 job_id, max(0.0, (ran - began) * 1000.0 - out.task_wall_ms), (time.perf_counter() - ran) * 1000.0, streamed))
+            if getattr(out, "compiled", 0):
+                self.log("job %s: the compiled engine compiled %d new graph(s) during the Task: its time includes "
+                         "compiling (a shape the warm-up did not have)" % (job_id, out.compiled))
             return out, shape
         finally:
             if stream is not None:

@@ -14,6 +14,10 @@ Configuration (argv wins over the environment):
   --device DEV          default $MEDIAQUAL_QWENIMAGE_DEVICE or cuda:0
   --layout L            single (default), cfg-2 or ulysses-N: the Task on N GPUs of
                         CUDA_VISIBLE_DEVICES as N ranks (models/pyworker/ranks.py)
+  --engine E            eager (default) or regional-compile: torch.compile of the transformer's
+                        repeated block, compiled before "ready" by a 2-step warm-up edit
+  --warmup-size WxH     that warm-up's size (the row's pinned one; default 1024x1024), with a
+                        grey square reference
 
 Settings map to QwenImageEditPlusPipeline.__call__: image=[reference], prompt, negative_prompt
 (omitted -> the pinned " ", which keeps true CFG on), true_cfg_scale=guidance, guidance_scale=1.0,
@@ -143,10 +147,12 @@ class Worker(pw.Worker):
 
 
 class Config:
-    def __init__(self, bundle, device="cuda:0", layout=None):
+    def __init__(self, bundle, device="cuda:0", layout=None, engine="eager", warmup_size=None):
         self.bundle = bundle
         self.device = device
         self.layout = layout
+        self.engine = engine
+        self.warmup_size = warmup_size
 
 
 class DiffusersBackend(pw.TorchBackend):
@@ -182,6 +188,26 @@ class DiffusersBackend(pw.TorchBackend):
         if cfg.layout:
             self.apply_layout(pipe, cfg.layout)
         log("loaded in %.1f s%s" % (time.perf_counter() - t0, self.note_weights(bundle)))
+        self.apply_engine(pipe, cfg.engine)
+        if cfg.engine != "eager":
+            self.warmup(cfg.warmup_size)
+
+    def warmup(self, size):
+        """Two steps of an edit at size with true CFG on. A compiled engine compiles here,
+        before "ready": the prompt's and the negative prompt's token counts differ, so the
+        block is compiled for a varying text length too (dynamo's automatic dynamic shapes)
+        and later prompts of other lengths do not compile inside a timed job. A reference of
+        another aspect ratio than the warm-up's square still does."""
+        from PIL import Image
+
+        width, height = pw.parse_size(size) if size else (1024, 1024)
+        t0 = time.perf_counter()
+        with self.torch.inference_mode():
+            self.pipe(image=[Image.new("RGB", (width, height), (128, 128, 128))], prompt="warm up the compiled blocks",
+                      negative_prompt=NEGATIVE_DEFAULT, true_cfg_scale=4.0, guidance_scale=1.0, num_inference_steps=2,
+                      height=height, width=width, num_images_per_prompt=1, generator=self.generator(0), output_type="pt")
+        self.synchronize()
+        log("warm-up (2 steps at %dx%d, engine %s) took %.1f s" % (width, height, self.engine, time.perf_counter() - t0))
 
     def open_reference(self, path):
         from PIL import Image
@@ -214,8 +240,11 @@ def parse_args(argv, env):
     p.add_argument("--bundle-name", help="bundle under $MEDIAQUAL_BUNDLES, e.g. Qwen/Qwen-Image-Edit-2511")
     p.add_argument("--device", default=env.get("MEDIAQUAL_QWENIMAGE_DEVICE", "cuda:0"))
     p.add_argument("--layout", type=pw.layout_arg, help="single, cfg-2 or ulysses-N (default: one GPU, not reported)")
+    p.add_argument("--engine", choices=pw.ENGINES, default="eager")
+    p.add_argument("--warmup-size", help="WxH of the compiling engine's warm-up (default 1024x1024)")
     args = p.parse_args(argv)
-    return Config(pw.resolve_bundle(args, env), pw.rank_device(args.device, args.layout, env), args.layout)
+    return Config(pw.resolve_bundle(args, env), pw.rank_device(args.device, args.layout, env), args.layout, args.engine,
+                  args.warmup_size)
 
 
 def main(argv=None):

@@ -115,6 +115,6 @@ func TestAdapterRefusesStepsBelowTheRow(t *testing.T) {
 // TestRowArgvStartsTheAdapter runs the row's worker argv without its bundle.
 func TestRowArgvStartsTheAdapter(t *testing.T) {
 	e := Entries()[0]
-	require.Equal(t, []string{"python3", "models/qwenimage/adapter.py", "--bundle-name", e.Bundle}, e.Worker)
+	require.Equal(t, []string{"python3", "models/qwenimage/adapter.py", "--bundle-name", e.Bundle, "--warmup-size", "1024x1024"}, e.Worker)
 	pyworker.ExpectFatalWithoutBundle(t, e.Worker, e.Bundle)
 }

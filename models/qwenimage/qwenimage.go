@@ -21,9 +21,15 @@ func Entries() []spec.Entry {
 			Defaults: spec.Settings{Size: spec.Size{W: 1024, H: 1024}, NegativePrompt: " ", Steps: 20, Guidance: 4.0, Seed: 42},
 			// The script path is relative to the module root; mediaserve resolves it against
 			// $MEDIAQUAL_ROOT. The weights are the row's bundle under $MEDIAQUAL_BUNDLES.
-			Worker: []string{"python3", "models/qwenimage/adapter.py", "--bundle-name", "Qwen/Qwen-Image-Edit-2511"},
-			// No Engine: the adapter runs eager only. The text sequence length varies with the
-			// prompt, so a compiled transformer would recompile inside timed requests.
+			Worker: []string{"python3", "models/qwenimage/adapter.py", "--bundle-name", "Qwen/Qwen-Image-Edit-2511",
+				"--warmup-size", "1024x1024"},
+			// eager until regional-compile is measured on the GPU (`mediaserve -engine
+			// regional-compile` serves it). Compiled, the warm-up before "ready" runs true CFG,
+			// whose two prompts differ in length, so the block is also compiled for a varying
+			// text length: on the tiny CPU pipeline, prompts of other lengths then ran without
+			// compiling again. A reference of another aspect ratio than the warm-up's square
+			// does compile again, inside its first job; the fixtures are square.
+			Engine: "eager",
 			// The pinned negative prompt keeps true CFG on, so CFG-2 applies; it is not yet
 			// measured, so one GPU stays preferred. Ulysses-2 is offered for the 1024² edit
 			// (image and reference tokens together), also unmeasured.

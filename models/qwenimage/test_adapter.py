@@ -536,7 +536,7 @@ print(json.dumps(out))
         self.assertEqual(ev["event"], "result", ev)
         self.assertEqual((ev["frames"], ev["width"], ev["height"]), (1, 48, 32))
         self.assertEqual(ev["actual"], {"width": 48, "height": 32, "num_inference_steps": 2, "guidance": 4.0,
-                                        "seed": 42, "precision": "bf16"})
+                                        "seed": 42, "precision": "bf16", "engine": "eager"})
         self.assertEqual(progress, [(1, 2), (2, 2)])
         self.assertEqual(len(data), 48 * 32 * 3)
         self.assertGreater(len(set(data)), 16, "a textured image, not a flat one")
@@ -576,3 +576,54 @@ print(json.dumps(out))
 
 if __name__ == "__main__":
     unittest.main()
+
+
+@testing.needs("torch", "diffusers", "transformers", "accelerate", "numpy", "PIL", "torchvision")
+class CompiledEngineTest(testing.RealWorkerTestCase):
+    """--engine regional-compile on the tiny pipeline, on CPU (inductor): the block compiles in
+    the warm-up before "ready", whose true CFG has prompts of two lengths; then jobs with
+    prompts of other lengths and a reference of the warm-up's aspect ratio run, report the
+    engine and repeat their bytes."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp()
+        subprocess.run([sys.executable, os.path.join(HERE, "build_l0.py"), "--tiny", "--device", "cpu", "--out", cls.tmp],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        cls.ref = os.path.join(cls.tmp, "ref.png")
+        write_png(cls.ref, 96, 64)  # 3:2, as the 48x32 warm-up
+        cls.log = open(os.path.join(cls.tmp, "worker.log"), "w+")
+        cls.start_worker([sys.executable, os.path.join(HERE, "adapter.py"), "--bundle", os.path.join(cls.tmp, build_l0.BUNDLE),
+                          "--device", "cpu", "--engine", "regional-compile", "--warmup-size", "48x32"], stderr=cls.log)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.log.close()
+        super().tearDownClass()
+
+    def job(self, job_id, **over):
+        s = settings(size="48x32", num_inference_steps=2)
+        s.update(over)
+        return self.run_job(job_id, s, reference=self.ref)
+
+    def test_compiled_jobs(self):
+        ready = self.recv()
+        self.assertEqual(ready["event"], "ready", ready)
+        ev, data, _ = self.job("a")
+        self.assertEqual((ev["event"], ev["actual"]["engine"]), ("result", "regional-compile"), ev)
+        _, again, _ = self.job("b")
+        self.assertEqual(data, again, "the compiled engine repeats its bytes")
+        ev, other, _ = self.job("c", prompt="turn the whole picture into a watercolour painting of a cat")
+        self.assertEqual(ev["event"], "result", ev)
+        self.assertNotEqual(data, other)
+        # A reference of another aspect ratio gives other shapes: that job compiles, and says so.
+        square = os.path.join(self.tmp, "square.png")
+        write_png(square, 64, 64)
+        ev, _, _ = self.run_job("d", settings(size="48x32", num_inference_steps=2), reference=square)
+        self.assertEqual(ev["event"], "result", ev)
+        self.proc.stdin.close()
+        self.assertEqual(self.proc.wait(60), 0)
+        self.log.seek(0)
+        compiled = re.findall(r"job (\w+): the compiled engine compiled \d+ new graph", self.log.read())
+        self.assertEqual(compiled, ["d"], "only the job with new shapes compiled")
+
