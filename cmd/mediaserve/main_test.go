@@ -106,17 +106,14 @@ func TestEngineReachesTheWorker(t *testing.T) {
 	require.NotEmpty(t, wan.Engine)
 	argv := workerArgv(wan.Checkpoint)
 	assert.Equal(t, []string{"--engine", wan.Engine}, argv[len(argv)-4:len(argv)-2])
-	eager, err := withEngine(wan.Checkpoint, "eager")
-	require.NoError(t, err)
-	argv = workerArgv(eager)
-	assert.Equal(t, []string{"--engine", "eager"}, argv[len(argv)-4:len(argv)-2])
-
-	qwen, err := models.Lookup("Qwen/Qwen-Image-Edit-2511")
-	require.NoError(t, err)
-	compiled, err := withEngine(qwen.Checkpoint, "regional-compile")
-	require.NoError(t, err)
-	argv = workerArgv(compiled)
-	assert.Equal(t, []string{"--engine", "regional-compile"}, argv[len(argv)-4:len(argv)-2])
+	for id, engine := range map[string]string{"Wan-AI/Wan2.1-T2V-1.3B": "eager", "Qwen/Qwen-Image-Edit-2511": "regional-compile"} {
+		e, err := models.Lookup(id)
+		require.NoError(t, err)
+		cp, err := withEngine(e.Checkpoint, engine)
+		require.NoError(t, err)
+		argv = workerArgv(cp)
+		assert.Equal(t, []string{"--engine", engine}, argv[len(argv)-4:len(argv)-2], id)
+	}
 
 	minimax, err := models.Lookup("MiniMaxAI/MiniMax-H3")
 	require.NoError(t, err)
