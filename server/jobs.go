@@ -50,7 +50,7 @@ type job struct {
 	// guarded by Server.mu
 	status    string // queued | in_progress | completed | failed
 	progress  int
-	received  time.Time // the request's handler began (zero: unknown, as created)
+	received  time.Time // the request's handler began
 	created   time.Time
 	started   time.Time
 	laneIdx   int       // the index of the lane (the Task) that ran it
@@ -248,13 +248,9 @@ func (j *job) timing() *Timing {
 	if j.started.IsZero() {
 		return &Timing{}
 	}
-	from := j.created
-	if !j.received.IsZero() {
-		from = j.received
-	}
-	t := &Timing{ReceiveMS: ms(j.created.Sub(from)), QueueMS: ms(j.started.Sub(j.created))}
+	t := &Timing{ReceiveMS: ms(j.created.Sub(j.received)), QueueMS: ms(j.started.Sub(j.created))}
 	if !j.completed.IsZero() {
-		t.TotalMS = ms(j.completed.Sub(from))
+		t.TotalMS = ms(j.completed.Sub(j.received))
 	}
 	if !j.encoding.IsZero() {
 		t.EncodeWaitMS = ms(j.encoding.Sub(j.generated))

@@ -827,7 +827,7 @@ class Worker:
                 raise JobError("bad_pipeline_output", "wrote %d bytes, expected %d" % (n, frames * height * width * 3))
             self.log("job %s: outside the Task call %.1f ms around it, %.1f ms after it (%d frames streamed)" % (
                 job_id, max(0.0, (ran - began) * 1000.0 - out.task_wall_ms), (time.perf_counter() - ran) * 1000.0, streamed))
-            if getattr(out, "compiled", 0):
+            if out.compiled:
                 self.log("job %s: the compiled engine compiled %d new graph(s) during the Task: its time includes "
                          "compiling (a shape the warm-up did not have)" % (job_id, out.compiled))
             return out, shape

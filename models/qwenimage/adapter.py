@@ -48,6 +48,7 @@ PRECISION = "bf16"
 NEGATIVE_DEFAULT = " "  # the row's pinned negative prompt: true CFG needs one
 SIZE_MULTIPLE = (16, 16)  # (height, width): VAE spatial 8x times transformer patch 2
 MIN_STEPS = 2  # one step gives NaN sigmas with the snapshot's scheduler (see pipeline_kwargs)
+WARMUP_SIZE = "1024x1024"  # the row's pinned size (the row passes it): a compiled engine's warm-up
 
 log = pw.logger("qwenimage-adapter")
 
@@ -147,7 +148,7 @@ class Worker(pw.Worker):
 
 
 class Config:
-    def __init__(self, bundle, device="cuda:0", layout=None, engine="eager", warmup_size=None):
+    def __init__(self, bundle, device="cuda:0", layout=None, engine="eager", warmup_size=WARMUP_SIZE):
         self.bundle = bundle
         self.device = device
         self.layout = layout
@@ -193,21 +194,22 @@ class DiffusersBackend(pw.TorchBackend):
             self.warmup(cfg.warmup_size)
 
     def warmup(self, size):
-        """Two steps of an edit at size with true CFG on. A compiled engine compiles here,
-        before "ready": the prompt's and the negative prompt's token counts differ, so the
-        block is compiled for a varying text length too (dynamo's automatic dynamic shapes)
-        and later prompts of other lengths do not compile inside a timed job. A reference of
-        another aspect ratio than the warm-up's square still does."""
+        """Two steps of an edit at size, mapped as a job is, with true CFG on. A compiled engine
+        compiles here, before "ready": the prompt's and the negative prompt's token counts
+        differ, so the block is compiled for a varying text length too (dynamo's automatic
+        dynamic shapes) and later prompts of other lengths do not compile inside a timed job.
+        A reference of another aspect ratio than the warm-up's square still does."""
         from PIL import Image
 
-        width, height = pw.parse_size(size) if size else (1024, 1024)
+        width, height = pw.parse_size(size)
+        kwargs = pipeline_kwargs({"prompt": "warm up the compiled blocks", "size": size, "num_inference_steps": 2,
+                                  "guidance": 4.0, "seed": 0}, Image.new("RGB", (width, height), (128, 128, 128)),
+                                 self.generator, self.size_multiple)
         t0 = time.perf_counter()
         with self.torch.inference_mode():
-            self.pipe(image=[Image.new("RGB", (width, height), (128, 128, 128))], prompt="warm up the compiled blocks",
-                      negative_prompt=NEGATIVE_DEFAULT, true_cfg_scale=4.0, guidance_scale=1.0, num_inference_steps=2,
-                      height=height, width=width, num_images_per_prompt=1, generator=self.generator(0), output_type="pt")
+            self.pipe(**kwargs)
         self.synchronize()
-        log("warm-up (2 steps at %dx%d, engine %s) took %.1f s" % (width, height, self.engine, time.perf_counter() - t0))
+        log("warm-up (2 steps at %s, engine %s) took %.1f s" % (size, self.engine, time.perf_counter() - t0))
 
     def open_reference(self, path):
         from PIL import Image
@@ -241,7 +243,7 @@ def parse_args(argv, env):
     p.add_argument("--device", default=env.get("MEDIAQUAL_QWENIMAGE_DEVICE", "cuda:0"))
     p.add_argument("--layout", type=pw.layout_arg, help="single, cfg-2 or ulysses-N (default: one GPU, not reported)")
     p.add_argument("--engine", choices=pw.ENGINES, default="eager")
-    p.add_argument("--warmup-size", help="WxH of the compiling engine's warm-up (default 1024x1024)")
+    p.add_argument("--warmup-size", default=WARMUP_SIZE, help="WxH of the compiling engine's warm-up")
     args = p.parse_args(argv)
     return Config(pw.resolve_bundle(args, env), pw.rank_device(args.device, args.layout, env), args.layout, args.engine,
                   args.warmup_size)

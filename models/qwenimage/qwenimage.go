@@ -5,6 +5,9 @@ package qwenimage
 
 import "mediaqual/models/spec"
 
+// pinned are the row's settings; a compiled engine's warm-up runs at their size.
+var pinned = spec.Settings{Size: spec.Size{W: 1024, H: 1024}, NegativePrompt: " ", Steps: 20, Guidance: 4.0, Seed: 42}
+
 // Entries are the family's inventory rows.
 func Entries() []spec.Entry {
 	return []spec.Entry{{
@@ -18,11 +21,11 @@ func Entries() []spec.Entry {
 				Sizes: []spec.Size{{W: 1024, H: 1024}}, Steps: spec.IntRange{Min: 2, Max: 100},
 				Guidance: spec.FloatRange{Min: 1, Max: 20}, GuidanceParam: "true_cfg_scale", NegativePrompt: true,
 			},
-			Defaults: spec.Settings{Size: spec.Size{W: 1024, H: 1024}, NegativePrompt: " ", Steps: 20, Guidance: 4.0, Seed: 42},
+			Defaults: pinned,
 			// The script path is relative to the module root; mediaserve resolves it against
 			// $MEDIAQUAL_ROOT. The weights are the row's bundle under $MEDIAQUAL_BUNDLES.
 			Worker: []string{"python3", "models/qwenimage/adapter.py", "--bundle-name", "Qwen/Qwen-Image-Edit-2511",
-				"--warmup-size", "1024x1024"},
+				"--warmup-size", pinned.Size.String()},
 			// eager until regional-compile is measured on the GPU (`mediaserve -engine
 			// regional-compile` serves it). Compiled, the warm-up before "ready" runs true CFG,
 			// whose two prompts differ in length, so the block is also compiled for a varying
