@@ -45,7 +45,8 @@ type Timing struct {
 	TaskP95MS       float64 `json:"task_p95_ms"`
 	OverheadP50MS   float64 `json:"overhead_p50_ms"` // client end-to-end − Task-call wall
 	PollIntervalMS  float64 `json:"poll_interval_ms,omitempty"`
-	ItemsPerSecond  float64 `json:"items_per_s"` // clips/s or images/s
+	PollHoldMS      float64 `json:"poll_hold_ms,omitempty"` // the server held each poll until a change, at most this long
+	ItemsPerSecond  float64 `json:"items_per_s"`            // clips/s or images/s
 	FramesPerSecond float64 `json:"frames_per_s,omitempty"`
 	PeakMemoryMB    float64 `json:"peak_memory_mb"`
 	Source          string  `json:"source"`                // where client latency came from

@@ -106,6 +106,9 @@ func details(row Row) []detail {
 		if t.PollIntervalMS > 0 {
 			poll = fmt.Sprintf("; poll every %.0f ms", t.PollIntervalMS)
 		}
+		if t.PollHoldMS > 0 {
+			poll += fmt.Sprintf(", each held by the server until the job changed (at most %.0f ms)", t.PollHoldMS)
+		}
 		add(fmt.Sprintf("timing (%d measured requests, client latency from %s)", t.Requests, t.Source),
 			"client p50 %.1f / p95 %.1f / max %.1f ms; Task p50 %.1f / p95 %.1f ms; overhead p50 %.1f ms%s; %s; peak memory %.0f MB",
 			t.ClientP50MS, t.ClientP95MS, t.ClientMaxMS, t.TaskP50MS, t.TaskP95MS, t.OverheadP50MS, poll, throughput(row.Workload, t), t.PeakMemoryMB)

@@ -147,6 +147,23 @@ func (s *Server) getVideo(w http.ResponseWriter, r *http.Request) {
 	if e == nil && s.fault.failPoll(j) {
 		e = errf(http.StatusInternalServerError, "injected_fault", "", "fault poll-500")
 	}
+	if hold := s.cfg.PollHold; e == nil && hold > 0 && j.completed.IsZero() {
+		// A long poll: the answer waits for the job's next change (a new status or progress),
+		// at most hold, so a client polling every interval learns of the end when it happens
+		// instead of up to an interval later.
+		changed := j.changed
+		s.mu.Unlock()
+		t := time.NewTimer(hold)
+		select {
+		case <-changed:
+		case <-t.C:
+		case <-r.Context().Done():
+		case <-s.stop:
+		}
+		t.Stop()
+		s.mu.Lock()
+		j, e = s.lookup(r.PathValue("id"), spec.TextToVideo) // as a poll now would find it
+	}
 	if e != nil {
 		s.mu.Unlock()
 		writeError(w, e)

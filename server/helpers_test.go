@@ -26,13 +26,17 @@ import (
 // fakeTask produces exactly what was asked, optionally after a fixed delay or a gate, so tests
 // control timing. lie, when set, alters the output to break the contract.
 type fakeTask struct {
-	delay time.Duration
-	gate  chan struct{}
-	lie   func(*spec.Output)
+	delay   time.Duration
+	gate    chan struct{}
+	entered chan struct{} // when set, Run sends on it first
+	lie     func(*spec.Output)
 }
 
 func (f *fakeTask) Run(ctx context.Context, req spec.Request) (spec.Output, error) {
 	start := time.Now()
+	if f.entered != nil {
+		f.entered <- struct{}{}
+	}
 	if f.gate != nil {
 		select {
 		case <-f.gate:

@@ -48,7 +48,8 @@ type job struct {
 	done          chan struct{}
 
 	// guarded by Server.mu
-	status    string // queued | in_progress | completed | failed
+	changed   chan struct{} // closed (and replaced) when status or progress changes: held polls answer
+	status    string        // queued | in_progress | completed | failed
 	progress  int
 	received  time.Time // the request's handler began
 	created   time.Time
@@ -81,7 +82,7 @@ func (s *Server) newJob(prefix, ext string, kind spec.Capability, l *lane, req s
 		id: id, kind: kind, lane: l, req: req, requestID: r.requestID, correlationID: r.correlationID,
 		route: r.route, base: r.base, inputs: r.inputs,
 		path: filepath.Join(s.cfg.ArtifactDir, id+ext), ctx: ctx, cancel: cancel,
-		done: make(chan struct{}), status: "queued", received: r.received, created: time.Now(),
+		done: make(chan struct{}), changed: make(chan struct{}), status: "queued", received: r.received, created: time.Now(),
 	}
 }
 
@@ -144,6 +145,7 @@ func (s *Server) execute(l *lane, i int, j *job) {
 		return
 	}
 	j.status, j.started, j.laneIdx = "in_progress", time.Now(), i
+	j.touch()
 	s.mu.Unlock()
 
 	req := j.req
@@ -152,7 +154,10 @@ func (s *Server) execute(l *lane, i int, j *job) {
 			return
 		}
 		s.mu.Lock()
-		j.progress = min(99, done*100/total) // 100 only once the artifact exists
+		if p := min(99, done*100/total); p != j.progress { // 100 only once the artifact exists
+			j.progress = p
+			j.touch()
+		}
 		s.mu.Unlock()
 	}
 	g, err := generate(j.ctx, l.tasks[i], l.model.Checkpoint, j.kind, req, s.fault, j.path)
@@ -193,6 +198,7 @@ func (s *Server) finish(j *job, p Product, err error) {
 	if status != "cancelled" {
 		j.status = status
 	}
+	j.touch()
 	// A url-format edit stays in the store for its lifetime; its decoded reference (up to
 	// MaxPixels*4 bytes) is no longer needed once the Task has run.
 	j.req.Reference, j.req.ReferenceFile = nil, nil
@@ -230,6 +236,13 @@ func (s *Server) finish(j *job, p Product, err error) {
 		l.mu.Unlock()
 	}
 	s.ledger.write(e)
+}
+
+// touch wakes the polls held on j (Config.PollHold): what they would answer has changed.
+// Called with Server.mu held.
+func (j *job) touch() {
+	close(j.changed)
+	j.changed = make(chan struct{})
 }
 
 func jobError(err error) *JobError {
@@ -285,6 +298,7 @@ func (s *Server) forget(j *job, why string) []string {
 	}
 	s.gone[j.id] = why
 	j.deleted = true
+	j.touch()
 	j.cancel(errDeleted)
 	if s.fault.is("delete-leaves-files") && why == "deleted" {
 		return nil

@@ -50,7 +50,10 @@ type Config struct {
 	MaxPixels     int           // largest reference image accepted, in pixels (default 4096*4096)
 	KeepArtifacts bool          // leave artifacts on disk at Close
 	JanitorEvery  time.Duration // how often expired artifacts are removed (default lifetime/10, at most 1m)
-	Log           *slog.Logger
+	// PollHold holds a poll of an unfinished video (GET /v1/videos/{id}) until the job's
+	// status or progress changes, at most this long (0: answer at once, as OpenAI does).
+	PollHold time.Duration
+	Log      *slog.Logger
 	// Fault switches on one deliberately broken behaviour (see Faults); empty for a healthy
 	// server. Only the suite's self-test uses it.
 	Fault string

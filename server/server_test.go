@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"image"
 	"image/color"
 	"image/png"
@@ -185,6 +186,69 @@ func TestExpiryRemovesArtifacts(t *testing.T) {
 	assert.Equal(t, 404, r.status)
 	assert.Contains(t, r.apiErr(t)["message"], "expired")
 	assert.Equal(t, 1, countStatus(e.ledger.entries(t), "expire", "expired"))
+}
+
+func TestPollHeldUntilTheJobChanges(t *testing.T) {
+	get := func(e *env, id string) chan map[string]any {
+		got := make(chan map[string]any, 1)
+		go func() {
+			var obj map[string]any
+			if r, err := http.Get(e.http.URL + "/v1/videos/" + id); err == nil {
+				json.NewDecoder(r.Body).Decode(&obj)
+				r.Body.Close()
+			}
+			got <- obj
+		}()
+		return got
+	}
+	t.Run("answers at the change", func(t *testing.T) {
+		task := &fakeTask{gate: make(chan struct{}), entered: make(chan struct{}, 1)}
+		e := start(t, server.Config{PollHold: time.Minute, Models: []server.Model{{Checkpoint: fakeCheckpoint("fake", spec.TextToVideo), Task: task}}})
+		id := e.postForm(t, "/v1/videos", map[string]string{"model": "fake", "prompt": "p"}).json(t)["id"].(string)
+		<-task.entered // in_progress: nothing changes until the gate opens
+		got := get(e, id)
+		select {
+		case obj := <-got:
+			t.Fatalf("the poll was answered while the job was unchanged: %v", obj)
+		case <-time.After(300 * time.Millisecond):
+		}
+		close(task.gate)
+		select {
+		case obj := <-got:
+			assert.Equal(t, "completed", obj["status"], "%v", obj)
+			assert.EqualValues(t, 100, obj["progress"])
+		case <-time.After(20 * time.Second):
+			t.Fatal("the held poll was not answered when the job completed")
+		}
+	})
+	t.Run("answers when the hold ends", func(t *testing.T) {
+		task := &fakeTask{gate: make(chan struct{}), entered: make(chan struct{}, 1)}
+		e := start(t, server.Config{PollHold: 50 * time.Millisecond, Models: []server.Model{{Checkpoint: fakeCheckpoint("fake", spec.TextToVideo), Task: task}}})
+		id := e.postForm(t, "/v1/videos", map[string]string{"model": "fake", "prompt": "p"}).json(t)["id"].(string)
+		<-task.entered
+		select {
+		case obj := <-get(e, id):
+			assert.Equal(t, "in_progress", obj["status"], "%v", obj)
+		case <-time.After(20 * time.Second):
+			t.Fatal("the held poll outlived its hold")
+		}
+		close(task.gate)
+	})
+	t.Run("answers when the job is deleted", func(t *testing.T) {
+		task := &fakeTask{gate: make(chan struct{}), entered: make(chan struct{}, 1)}
+		e := start(t, server.Config{PollHold: time.Minute, Models: []server.Model{{Checkpoint: fakeCheckpoint("fake", spec.TextToVideo), Task: task}}})
+		id := e.postForm(t, "/v1/videos", map[string]string{"model": "fake", "prompt": "p"}).json(t)["id"].(string)
+		<-task.entered
+		got := get(e, id)
+		time.Sleep(100 * time.Millisecond) // the poll is held
+		require.Equal(t, 200, e.do(t, "DELETE", "/v1/videos/"+id, "", nil).status)
+		select {
+		case obj := <-got:
+			assert.Contains(t, obj["error"], "message", "a deleted job's poll is its 404: %v", obj)
+		case <-time.After(20 * time.Second):
+			t.Fatal("the held poll was not answered when the job was deleted")
+		}
+	})
 }
 
 func TestQueueSaturation(t *testing.T) {

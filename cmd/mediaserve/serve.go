@@ -23,6 +23,7 @@ func serve(args []string, log *slog.Logger) error {
 	port := fs.Int("port", 8000, "port to listen on (0 picks a free one)")
 	dir := fs.String("artifact-dir", "", "where artifacts live (default: a temporary directory removed at exit)")
 	lifetime := fs.Duration("lifetime", time.Hour, "how long an artifact lives after its job completes")
+	pollHold := fs.Duration("poll-hold", time.Second, "hold a poll of an unfinished video until its status or progress changes, at most this long (0: answer at once)")
 	queue := fs.Int("queue", 16, "queued jobs per model lane beyond the running one")
 	ledgerPath := fs.String("ledger", "mediaserve-ledger.jsonl", "request ledger file (JSON lines, appended)")
 	apiKey := fs.String("api-key", os.Getenv("MEDIASERVE_API_KEY"), "bearer key required on /v1/* (env MEDIASERVE_API_KEY)")
@@ -66,7 +67,7 @@ func serve(args []string, log *slog.Logger) error {
 		return err
 	}
 	srv, err := server.New(server.Config{
-		Models: ms, ArtifactDir: artifactDir, Lifetime: *lifetime, QueueCapacity: *queue,
+		Models: ms, ArtifactDir: artifactDir, Lifetime: *lifetime, PollHold: *pollHold, QueueCapacity: *queue,
 		Ledger: ledger, APIKey: *apiKey, MaxBodyBytes: *maxBody, KeepArtifacts: *keep, Log: log, Fault: *fault,
 	})
 	if err != nil {

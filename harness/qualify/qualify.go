@@ -53,6 +53,7 @@ type Case struct {
 	inputsErr error
 	steps     []wire.Step    // an endpoint's answers, assessed against the contract at the end
 	findings  []wire.Finding // departures seen outside those steps
+	pollHold  time.Duration  // a launched mediaserve's -poll-hold
 }
 
 // NotCompared is a stage that could not establish anything: it is reported as not run (never

@@ -92,6 +92,10 @@ func Serve(c *Case) (*Served, string, error) {
 	return s, how + "; /v1/models reconciles with the inventory", nil
 }
 
+// pollHold is the launched mediaserve's long poll (its -poll-hold, stated in every run): a poll
+// of an unfinished video is answered when the job changes, so the end is seen when it happens.
+const pollHold = time.Second
+
 // launch starts mediaserve for this row and waits for readiness.
 func (c *Case) launch() (*Served, string, error) {
 	s := &Served{Profile: wire.Mediaserve, artifactDir: filepath.Join(c.Dir, "artifacts"), ledgerPath: filepath.Join(c.Dir, "ledger.jsonl")}
@@ -102,8 +106,9 @@ func (c *Case) launch() (*Served, string, error) {
 	cfg := launch.Config{
 		Binary: c.Config.Mediaserve, URLFromStdout: true, Dir: c.Dir, GPUs: c.Config.GPUs, Env: []string{c.rootEnv()},
 		Args: []string{"-port", "0", "-model", c.Entry.ID, "-artifact-dir", s.artifactDir, "-ledger", s.ledgerPath,
-			"-engine", c.Config.Engine, "-layout", string(layout)},
+			"-engine", c.Config.Engine, "-layout", string(layout), "-poll-hold", pollHold.String()},
 	}
+	c.pollHold = pollHold
 	timeout, from, err := bundle.LoadTimeout(c.Entry)
 	if err != nil {
 		return nil, "", fmt.Errorf("check launch: %w", err)

@@ -25,6 +25,9 @@ func Timing(c *Case, a Artifacts) (string, error) {
 	var first, last int64
 	frames := 0
 	tm := &reports.Timing{Source: "AIPerf " + aiperf.Version + " request_latency", PollIntervalMS: a.Run.PollMS}
+	if a.Run.PollMS > 0 {
+		tm.PollHoldMS = float64(c.pollHold.Milliseconds())
+	}
 	measured := a.measured()
 	untimed := 0
 	for _, s := range measured {
