@@ -16,20 +16,19 @@ CFGParallel listens to that. Whether a job runs both branches at all is the fami
 """
 
 
-class CFGParallel:
-    """Splits a transformer's cond/uncond calls across two ranks (see the module doc)."""
+class Branches:
+    """A transformer whose cond/uncond calls are intercepted: the pipeline names the branch it
+    is about to run with cache_context, and forward sees it. The family says before each call
+    whether it runs both branches (begin); outside that, calls pass straight through."""
 
     BRANCHES = ("cond", "uncond")
 
-    def __init__(self, transformer, rank, dist, torch):
-        if rank not in (0, 1):
-            raise ValueError("cfg-2 has ranks 0 and 1, not %d" % rank)
-        self.rank, self.dist, self.torch = rank, dist, torch
-        self.own = self.BRANCHES[rank]
+    def __init__(self, transformer, torch):
+        self.torch = torch
         self.active = False
         self.branch = None
-        self.step = []  # this step's (branch, tensor) so far: the own output or a placeholder
-        self.seen = self.ran = 0  # the job's transformer calls, and those this rank computed
+        self.step = []  # this step's (branch, output, call kwargs) so far
+        self.seen = self.ran = 0  # the job's transformer calls, and the forward passes run
         self._context = transformer.cache_context
         self._forward = transformer.forward
         # Instance attributes shadow the class's methods; nn.Module.__call__ calls self.forward.
@@ -40,9 +39,6 @@ class CFGParallel:
         """Before a pipeline call: whether it runs both branches (the family's rule)."""
         self.active, self.step, self.seen, self.ran = active, [], 0, 0
 
-    def report(self):
-        return "cfg-2: this rank computed %d of the call's %d transformer calls" % (self.ran, self.seen)
-
     def cache_context(self, name, *args, **kwargs):
         self.branch = name
         return self._context(name, *args, **kwargs)
@@ -52,34 +48,98 @@ class CFGParallel:
         if not self.active:
             self.ran += 1
             return self._forward(*args, **kwargs)
-        if self.branch not in self.BRANCHES or kwargs.get("return_dict", True):
-            raise RuntimeError("cfg-2 needs the pipeline's cache_context('cond'/'uncond') calls with "
-                               "return_dict=False; got branch %r" % (self.branch,))
-        if self.branch == self.own:
-            self.ran += 1
-            out = self._forward(*args, **kwargs)[0]
-        else:
-            # Filled in place by the exchange below, before the pipeline reads it (it combines
-            # the branches only after both calls of the step).
-            hs = kwargs["hidden_states"]
-            out = self.torch.empty(hs.shape, dtype=hs.dtype, device=hs.device)
-        self.step.append((self.branch, out))
+        if args or self.branch not in self.BRANCHES or kwargs.get("return_dict", True):
+            raise RuntimeError("%s needs the pipeline's cache_context('cond'/'uncond') calls with keyword arguments "
+                               "and return_dict=False; got branch %r" % (self.name, self.branch))
+        if len(self.step) != self.BRANCHES.index(self.branch):
+            raise RuntimeError("%s: a step called the transformer for %s; expected cond, uncond" % (
+                self.name, ", ".join([b for b, _, _ in self.step] + [self.branch])))
+        # The branch's output is a placeholder, filled in place once the step's two calls are
+        # in (the pipelines combine the branches only after both calls of the step).
+        hs = kwargs["hidden_states"]
+        out = self.torch.empty(hs.shape, dtype=hs.dtype, device=hs.device)
+        self.step.append((self.branch, out, kwargs))
         if len(self.step) == 2:
-            self._exchange()
+            (_, cond, ck), (_, uncond, uk) = self.step
+            self.step = []
+            self.complete(cond, ck, uncond, uk)
         return (out,)
 
-    def _exchange(self):
-        (b0, t0), (b1, t1) = self.step
-        self.step = []
-        if (b0, b1) != self.BRANCHES:
-            raise RuntimeError("cfg-2: a step called the transformer for %s, %s; expected cond, uncond" % (b0, b1))
-        mine, theirs = (t0, t1) if self.own == "cond" else (t1, t0)
-        if mine.shape != theirs.shape or mine.dtype != theirs.dtype:
-            raise RuntimeError("cfg-2: the transformer's output %s %s is not shaped like its input %s %s"
-                               % (tuple(mine.shape), mine.dtype, tuple(theirs.shape), theirs.dtype))
-        got = [self.torch.empty_like(mine) for _ in range(2)]
-        self.dist.all_gather(got, mine.contiguous())
-        theirs.copy_(got[1 - self.rank])
+    def own(self, kwargs):
+        """One branch's own forward pass, checked to be shaped like its input."""
+        self.ran += 1
+        out = self._forward(**kwargs)[0]
+        hs = kwargs["hidden_states"]
+        if out.shape != hs.shape or out.dtype != hs.dtype:
+            raise RuntimeError("%s: the transformer's output %s %s is not shaped like its input %s %s"
+                               % (self.name, tuple(out.shape), out.dtype, tuple(hs.shape), hs.dtype))
+        return out
+
+
+class CFGParallel(Branches):
+    """Splits a transformer's cond/uncond calls across two ranks (see the module doc)."""
+
+    name = "cfg-2"
+
+    def __init__(self, transformer, rank, dist, torch):
+        if rank not in (0, 1):
+            raise ValueError("cfg-2 has ranks 0 and 1, not %d" % rank)
+        super().__init__(transformer, torch)
+        self.rank, self.dist = rank, dist
+
+    def report(self):
+        return "cfg-2: this rank computed %d of the call's %d transformer calls" % (self.ran, self.seen)
+
+    def complete(self, cond, cond_kwargs, uncond, uncond_kwargs):
+        if self.rank == 0:
+            cond.copy_(self.own(cond_kwargs))
+        else:
+            uncond.copy_(self.own(uncond_kwargs))
+        self._exchange(cond, uncond)
+
+    def _exchange(self, cond, uncond):
+        """Each rank's own branch to both ranks: one all_gather."""
+        got = [self.torch.empty_like(cond) for _ in range(2)]
+        self.dist.all_gather(got, cond if self.rank == 0 else uncond)
+        cond.copy_(got[0])
+        uncond.copy_(got[1])
+
+
+class CFGBatch(Branches):
+    """cfg-batch: a step's two branches as one forward pass over a batch of two on one GPU
+    (the cond inputs first), instead of two passes over a batch of one. Every tensor argument
+    is concatenated along the batch; any other argument must be the same in both calls. The
+    bytes differ from the two-pass run's (other matrix shapes, other kernels) but repeat."""
+
+    name = "cfg-batch"
+
+    def report(self):
+        return "cfg-batch: %d forward passes for the call's %d transformer calls" % (self.ran, self.seen)
+
+    def complete(self, cond, cond_kwargs, uncond, uncond_kwargs):
+        torch = self.torch
+        if set(cond_kwargs) != set(uncond_kwargs):
+            raise RuntimeError("cfg-batch: the branches' arguments differ: %s against %s" % (
+                sorted(cond_kwargs), sorted(uncond_kwargs)))
+        both = {}
+        for key, a in cond_kwargs.items():
+            b = uncond_kwargs[key]
+            if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+                if a.shape != b.shape or a.dtype != b.dtype:
+                    raise RuntimeError("cfg-batch: %s is %s %s in one branch and %s %s in the other" % (
+                        key, tuple(a.shape), a.dtype, tuple(b.shape), b.dtype))
+                both[key] = torch.cat([a, b])
+            elif a is b or a == b:
+                both[key] = a
+            else:
+                raise RuntimeError("cfg-batch: the branches differ in %s (%r against %r)" % (key, a, b))
+        self.ran += 1
+        out = self._forward(**both)[0]
+        n = cond.shape[0]
+        if out.shape[0] != 2 * n or out.shape[1:] != cond.shape[1:]:
+            raise RuntimeError("cfg-batch: the batched output is %s, expected two of %s" % (tuple(out.shape), tuple(cond.shape)))
+        cond.copy_(out[:n])
+        uncond.copy_(out[n:])
 
 
 def apply(pipe, layout, rank, torch):

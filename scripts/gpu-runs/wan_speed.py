@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""Wan2.1's denoise speed under one runtime variant, in a process of its own (a fresh compile):
+    python3 scripts/gpu-runs/wan_speed.py BUNDLE VARIANT [N]
+VARIANT is eager or regional-compile, optionally followed by +cfg-batch (parallel.CFGBatch: a
+step's two guidance branches as one batch of two) and/or +autotune (regional-compile with
+inductor's timed kernel choices, which the adapter turns off so that two processes get the same
+bytes). Loads the bundle as the adapter does, warms up at the pinned shape, then runs N jobs of
+the row's pinned settings (832x480x17, 30 steps, guidance 5, seed 42, the first fixture prompt),
+printing one JSON line a job: its denoise per step, Task wall, phases and raw-frame digest.
+"""
+import hashlib
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models"))
+
+from pyworker import parallel, worker as pw  # noqa: E402
+from wan import adapter  # noqa: E402
+
+PINNED = {"size": "832x480", "num_frames": 17, "fps": 16, "num_inference_steps": 30, "guidance": 5.0, "seed": 42}
+
+
+def main():
+    bundle, variant = sys.argv[1], sys.argv[2]
+    n = int(sys.argv[3]) if len(sys.argv) > 3 else 3
+    engine, *extras = variant.split("+")
+    unknown = set(extras) - {"cfg-batch", "autotune"}
+    if engine not in pw.ENGINES or unknown:
+        sys.exit("unknown variant %r" % variant)
+    base = adapter.DiffusersBackend.apply_engine
+
+    def apply_engine(self, pipe, engine):
+        if "cfg-batch" in extras:
+            self.cfg_parallel = parallel.CFGBatch(pipe.transformer, self.torch)
+        if "autotune" in extras:
+            pipe.transformer.compile_repeated_blocks(fullgraph=True)
+            self.engine = engine
+        else:
+            base(self, pipe, engine)
+
+    adapter.DiffusersBackend.apply_engine = apply_engine
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+    with open(os.path.join(root, "fixtures", "prompts", "t2v.jsonl")) as f:
+        prompt = json.loads(f.readline())["text"]
+    t0 = time.perf_counter()
+    b = adapter.DiffusersBackend(adapter.Config(bundle, 3.0, "cuda:0", 2, engine, PINNED["size"], PINNED["num_frames"]))
+    ready_s = time.perf_counter() - t0
+    for i in range(n):
+        kwargs = adapter.pipeline_kwargs(dict(PINNED, prompt=prompt), b.generator, b.frame_step, b.size_multiple)
+        b.marks.clear()
+        t0 = time.perf_counter()
+        frames = b.call(kwargs)
+        b.synchronize()
+        t1 = time.perf_counter()
+        phases = pw.phases_ms(b.marks, t0, t1)
+        print(json.dumps({
+            "variant": variant, "job": i, "ready_s": round(ready_s, 1),
+            "denoise_ms_per_step": round(phases["denoise"] / PINNED["num_inference_steps"], 1),
+            "task_ms": round((t1 - t0) * 1000.0, 1), "phases_ms": phases,
+            "frames_sha256": hashlib.sha256(memoryview(frames)).hexdigest()[:16],
+        }), flush=True)
+
+
+if __name__ == "__main__":
+    main()
