@@ -222,6 +222,55 @@ class TinyPipelineTest(unittest.TestCase):
         self.assertEqual(r["calls"], [2 * r["steps"]] * 2, "both branches on both ranks, half the sequence each")
 
 
+@testing.needs("torch", "diffusers", "transformers")
+class CFGBatchTest(unittest.TestCase):
+    """parallel.CFGBatch on a tiny real WanPipeline in this process: a step's two branches as
+    one batch of two give the two-pass frames up to float rounding, with half the passes."""
+
+    def setUp(self):
+        import torch
+
+        sys.path.insert(0, os.path.join(HERE, "testdata"))
+        import tiny_wan_parallel as tiny
+        from pyworker import parallel
+
+        self.torch, self.tiny, self.parallel = torch, tiny, parallel
+        self.pipe = tiny.pipeline()
+        self.alone = tiny.generate(self.pipe, tiny.SHAPE)
+
+    def batched(self, broken=False):
+        calls = self.tiny.counted(self.pipe.transformer)
+        b = self.parallel.CFGBatch(self.pipe.transformer, self.torch)
+        if broken:  # the halves handed back the wrong way round: cond as uncond
+            complete = b.complete
+            b.complete = lambda cond, ck, uncond, uk: complete(uncond, ck, cond, uk)
+        b.begin(True)
+        return self.tiny.generate(self.pipe, self.tiny.SHAPE), calls[0], b.report()
+
+    def test_one_pass_a_step_and_the_same_frames_to_rounding(self):
+        frames, calls, report = self.batched()
+        steps = self.tiny.STEPS
+        self.assertEqual(calls, steps, "one forward pass a step")
+        self.assertEqual(report, "cfg-batch: %d forward passes for the call's %d transformer calls" % (steps, 2 * steps))
+        self.assertLess(float((frames - self.alone).abs().max()), 1e-5)
+
+    def test_swapped_halves_are_caught(self):
+        frames, _, _ = self.batched(broken=True)
+        self.assertGreater(float((frames - self.alone).abs().max()), 1e-2)
+
+    def test_branches_of_other_shapes_are_refused_by_name(self):
+        b = self.parallel.CFGBatch(self.pipe.transformer, self.torch)
+        b.begin(True)
+        t = self.torch
+        hs = t.zeros(1, 16, 2, 4, 4)
+        with self.pipe.transformer.cache_context("cond"):
+            self.pipe.transformer(hidden_states=hs, timestep=t.tensor([1.0]), encoder_hidden_states=t.zeros(1, 6, 32),
+                                  return_dict=False)
+        with self.pipe.transformer.cache_context("uncond"), self.assertRaisesRegex(RuntimeError, "encoder_hidden_states"):
+            self.pipe.transformer(hidden_states=hs, timestep=t.tensor([1.0]), encoder_hidden_states=t.zeros(1, 5, 32),
+                                  return_dict=False)
+
+
 @testing.needs("torch", "diffusers", "transformers", "accelerate", "numpy")
 class AdapterLayoutTest(unittest.TestCase):
     """The Wan adapter itself under cfg-2 (its rank spawning, apply_layout and the per-job

@@ -4,7 +4,7 @@
 VARIANT is eager or regional-compile, optionally followed by +cfg-batch (parallel.CFGBatch: a
 step's two guidance branches as one batch of two) and/or +autotune (regional-compile with
 inductor's timed kernel choices, which the adapter turns off so that two processes get the same
-bytes). Loads the bundle as the adapter does, warms up at the pinned shape, then runs N jobs of
+bytes) and/or +graphs (pyworker/graphs.py: the transformer's forward as a CUDA graph). Loads the bundle as the adapter does, warms up at the pinned shape, then runs N jobs of
 the row's pinned settings (832x480x17, 30 steps, guidance 5, seed 42, the first fixture prompt),
 printing one JSON line a job: its denoise per step, Task wall, phases and raw-frame digest.
 """
@@ -16,7 +16,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models"))
 
-from pyworker import parallel, worker as pw  # noqa: E402
+from pyworker import graphs, parallel, worker as pw  # noqa: E402
 from wan import adapter  # noqa: E402
 
 PINNED = {"size": "832x480", "num_frames": 17, "fps": 16, "num_inference_steps": 30, "guidance": 5.0, "seed": 42}
@@ -26,7 +26,7 @@ def main():
     bundle, variant = sys.argv[1], sys.argv[2]
     n = int(sys.argv[3]) if len(sys.argv) > 3 else 3
     engine, *extras = variant.split("+")
-    unknown = set(extras) - {"cfg-batch", "autotune"}
+    unknown = set(extras) - {"cfg-batch", "autotune", "graphs"}
     if engine not in pw.ENGINES or unknown:
         sys.exit("unknown variant %r" % variant)
     base = adapter.DiffusersBackend.apply_engine
@@ -39,6 +39,12 @@ def main():
             self.engine = engine
         else:
             base(self, pipe, engine)
+        if "graphs" in extras:
+            # Innermost: the graph records the transformer's own forward, under any cfg-batch.
+            owner = self.cfg_parallel or pipe.transformer
+            attr = "_forward" if self.cfg_parallel else "forward"
+            self.graphed = graphs.GraphedForward(getattr(owner, attr), self.torch)
+            setattr(owner, attr, self.graphed)
 
     adapter.DiffusersBackend.apply_engine = apply_engine
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
@@ -60,6 +66,7 @@ def main():
             "denoise_ms_per_step": round(phases["denoise"] / PINNED["num_inference_steps"], 1),
             "task_ms": round((t1 - t0) * 1000.0, 1), "phases_ms": phases,
             "frames_sha256": hashlib.sha256(memoryview(frames)).hexdigest()[:16],
+            "graphs": b.graphed.report() if getattr(b, "graphed", None) else None,
         }), flush=True)
 
 
