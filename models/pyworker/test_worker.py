@@ -76,6 +76,9 @@ class CompilablePipe:
         def compile_repeated_blocks(self, **kw):
             self.compiled = kw
 
+        def forward(self, **kw):
+            return ("plain", kw)
+
     def __init__(self):
         self.transformer = self.Transformer()
 
@@ -85,7 +88,7 @@ class EngineTest(unittest.TestCase):
         b, pipe = pw.TorchBackend(), CompilablePipe()
         b.apply_engine(pipe, "eager")
         self.assertIsNone(pipe.transformer.compiled)
-        with self.assertRaisesRegex(RuntimeError, "engine 'max' is not one of eager, regional-compile"):
+        with self.assertRaisesRegex(RuntimeError, "engine 'max' is not one of eager, regional-compile, regional-compile-graphs"):
             b.apply_engine(pipe, "max")
 
     @testing.needs("torch")
@@ -97,6 +100,30 @@ class EngineTest(unittest.TestCase):
         self.assertEqual(pipe.transformer.compiled, {"fullgraph": True})
         self.assertTrue(inductor.deterministic)
         self.assertEqual(b.engine, "regional-compile")
+
+    @testing.needs("torch")
+    def test_regional_compile_graphs_graphs_the_transformer_inside_a_layout(self):
+        import torch
+
+        from pyworker.graphs import GraphedForward
+
+        b, pipe = pw.TorchBackend(), CompilablePipe()
+        b.torch = torch
+        b.apply_engine(pipe, "regional-compile-graphs")
+        self.assertEqual(pipe.transformer.compiled, {"fullgraph": True})
+        self.assertIsInstance(pipe.transformer.forward, GraphedForward)
+        # No CUDA tensor in the call: the plain forward, counted as such.
+        self.assertEqual(pipe.transformer.forward(hidden_states=torch.zeros(1), return_dict=False)[0], "plain")
+        self.assertEqual(b.cuda_graphs.report(), "graphs: 0 recorded, 0 replays, 1 plain calls")
+
+        class Layout:  # a layout's Branches: it calls the transformer through _forward
+            _forward = pipe.transformer.forward
+
+        b2, pipe2 = pw.TorchBackend(), CompilablePipe()
+        b2.torch, b2.cfg_parallel = torch, Layout()
+        b2.apply_engine(pipe2, "regional-compile-graphs")
+        self.assertIsInstance(b2.cfg_parallel._forward, GraphedForward)
+        self.assertNotIsInstance(pipe2.transformer.forward, GraphedForward)
 
 
 class PhasesTest(unittest.TestCase):

@@ -421,7 +421,7 @@ def require_bundle(bundle):
         )
 
 
-ENGINES = ("eager", "regional-compile")
+ENGINES = ("eager", "regional-compile", "regional-compile-graphs")
 
 
 class TorchBackend:
@@ -435,10 +435,14 @@ class TorchBackend:
         """eager: nothing. regional-compile: torch.compile the transformer's repeated block
         (diffusers' compile_repeated_blocks, fullgraph), compiled on the first call, which
         the caller makes before "ready" (a warm-up at the pinned shape). Its bytes differ from
-        eager's but repeat exactly, so native path and server must use the same engine."""
+        eager's but repeat exactly, so native path and server must use the same engine.
+        regional-compile-graphs: that, with the transformer's forward replayed as a CUDA graph
+        (graphs.py), recorded by the same warm-up: the same kernels, so the same bytes as
+        regional-compile, launched once a call instead of block by block from Python. Call it
+        after apply_layout: the graph records the transformer itself, inside any layout."""
         if engine not in ENGINES:
             raise RuntimeError("engine %r is not one of %s" % (engine, ", ".join(ENGINES)))
-        if engine == "regional-compile":
+        if engine.startswith("regional-compile"):
             # Inductor picks some kernel configs by timing them, so two processes (the native
             # path and the server) can pick differently and differ in the last bits (seen on the
             # H200). Deterministic mode takes its configs by heuristic instead.
@@ -448,16 +452,26 @@ class TorchBackend:
                 raise RuntimeError("this torch has no torch._inductor.config.deterministic: regional-compile cannot promise the same bytes in two processes")
             inductor.deterministic = True
             pipe.transformer.compile_repeated_blocks(fullgraph=True)
+        if engine.endswith("-graphs"):
+            from .graphs import GraphedForward
+
+            owner = self.cfg_parallel or pipe.transformer  # a layout's Branches calls owner._forward
+            attr = "_forward" if self.cfg_parallel else "forward"
+            self.cuda_graphs = GraphedForward(getattr(owner, attr), self.torch)
+            setattr(owner, attr, self.cuda_graphs)
         self.engine = engine
 
+    cuda_graphs = None  # graphs.GraphedForward under regional-compile-graphs
+
     def graphs(self):
-        """How many graphs torch.compile has made in this process (0 for eager): a job during
-        which it grew compiled inside its Task."""
+        """How many graphs torch.compile has made in this process, and CUDA graphs recorded (0
+        for eager): a job during which it grew compiled or recorded inside its Task."""
         if self.engine in (None, "eager"):
             return 0
         from torch._dynamo.utils import counters
 
-        return counters["stats"]["unique_graphs"]
+        recorded = self.cuda_graphs.recorded if self.cuda_graphs else 0
+        return counters["stats"]["unique_graphs"] + recorded
 
     layout = None  # set by apply_layout, for families that offer a choice
     cfg_parallel = None  # parallel.CFGParallel under cfg-2

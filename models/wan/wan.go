@@ -27,7 +27,12 @@ func worker(flowShift, bundle string, pinned spec.Settings) []string {
 // engine: regional compilation of the transformer block (diffusers' compile_repeated_blocks)
 // measured faster than eager on the H200 at the pinned shapes (docs/PERFORMANCE.md, "Task
 // speed"); it is compiled before "ready". `mediaserve -engine eager` serves eager instead.
-const engine = "regional-compile"
+// Wan2.1 replays its transformer as a CUDA graph too (the same bytes; its small blocks are
+// launched from Python fast enough only while the host is idle); Wan2.2 has not run with it.
+const (
+	engine   = "regional-compile"
+	engine21 = "regional-compile-graphs"
+)
 
 // Layouts, in order of preference. Ulysses context parallelism splits the token sequence
 // across GPUs with all-to-alls in every attention layer, so it pays only on long sequences:
@@ -74,7 +79,7 @@ func Entries() []spec.Entry {
 				},
 				Defaults: wan21,
 				Worker:   worker("3.0", "Wan-AI/Wan2.1-T2V-1.3B-Diffusers", wan21),
-				Engine:   engine,
+				Engine:   engine21,
 				Layouts:  wan21Layouts,
 			},
 			Workload: spec.TextToVideo, NativeTask: "diffusers.WanPipeline (UniPC flow_shift 3.0)",
