@@ -186,7 +186,7 @@ class Group:
 def follow(family, group, log):
     """Ranks 1..N-1: load, then run every job rank 0 shares until it shares None. Progress and
     frames are rank 0's; a failure that is not shared by every rank ends this process."""
-    from .worker import Cancelled, JobError, settle_heap
+    from .worker import Cancelled, JobError, reference_of, settle_heap
 
     err = None
     try:
@@ -202,7 +202,7 @@ def follow(family, group, log):
         if msg is None:
             return 0
         try:
-            family.run(msg.get("settings"), msg.get("reference"), lambda done, total: None, group.agree)
+            family.run(msg.get("settings"), reference_of(msg), lambda done, total: None, group.agree)
         except (Cancelled, JobError):
             pass  # every rank raised it at the same point; rank 0 reports it
         except Exception as e:

@@ -854,7 +854,6 @@ class Worker:
         have left the pipeline (or, on several ranks, a collective) in an unknown state."""
         f = self.family
         output = msg.get("output")
-        reference = msg.get("reference")
 
         def progress(done, total):
             self.emit({"event": "progress", "id": job_id, "done": done, "total": total})
@@ -862,8 +861,7 @@ class Worker:
         try:
             if not isinstance(output, str) or not output:
                 raise JobError("invalid_request", "run has no output path")
-            if reference is not None and (not isinstance(reference, str) or not reference):
-                raise JobError("invalid_request", "run's reference is not a path")
+            reference = reference_of(msg)
             if self.group is not None:
                 self.group.share(msg)  # the other ranks run it beside this one
             out, (frames, height, width, _) = self.produce(job_id, msg, output, reference, progress)
@@ -903,6 +901,51 @@ class Worker:
             "peak_memory_mb": round(out.peak_memory_mb, 1),
         })
         return True
+
+
+# --------------------------------------------------------------------------------------------
+# The reference image of an edit
+
+
+class RawReference:
+    """A reference the server decoded and wrote as raw rgb24 pixels (the run op's
+    reference_rgb, docs/WORKER.md)."""
+
+    def __init__(self, path, width, height):
+        self.path, self.width, self.height = path, width, height
+
+    def __repr__(self):
+        return "%r (rgb24, %dx%d)" % (self.path, self.width, self.height)
+
+
+def reference_of(msg):
+    """A run op's reference: None, the path of the file as uploaded, or a RawReference."""
+    ref, raw = msg.get("reference"), msg.get("reference_rgb")
+    if ref is None:
+        return None
+    if not isinstance(ref, str) or not ref:
+        raise JobError("invalid_request", "run's reference is not a path")
+    if raw is None:
+        return ref
+    dims = [raw.get(k) if isinstance(raw, dict) else None for k in ("width", "height")]
+    if not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims):
+        raise JobError("invalid_request", "run's reference_rgb is not {width, height}: %r" % (raw,))
+    return RawReference(ref, *dims)
+
+
+def open_reference(ref):
+    """The reference as an RGB Pillow image: raw pixels taken as they are, an uploaded file
+    decoded by its content. OSError when it cannot be read."""
+    from PIL import Image
+
+    if isinstance(ref, RawReference):
+        with open(ref.path, "rb") as f:
+            data = f.read()
+        if len(data) != ref.width * ref.height * 3:
+            raise OSError("%d bytes, not %dx%d rgb24" % (len(data), ref.width, ref.height))
+        return Image.frombytes("RGB", (ref.width, ref.height), data)
+    with Image.open(ref) as im:
+        return im.convert("RGB")
 
 
 # --------------------------------------------------------------------------------------------

@@ -211,11 +211,8 @@ class DiffusersBackend(pw.TorchBackend):
         self.synchronize()
         log("warm-up (2 steps at %s, engine %s) took %.1f s" % (size, self.engine, time.perf_counter() - t0))
 
-    def open_reference(self, path):
-        from PIL import Image
-
-        with Image.open(path) as im:
-            return im.convert("RGB")
+    def open_reference(self, ref):
+        return pw.open_reference(ref)
 
     def call(self, kwargs):
         """The native generation call; returns the image as (1, H, W, 3) uint8, made on the

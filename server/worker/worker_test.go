@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"image"
 	"image/color"
+	"image/jpeg"
 	"image/png"
 	"os"
 	"path/filepath"
@@ -161,8 +162,10 @@ func TestRunOK(t *testing.T) {
 	assert.Contains(t, log, `unknown job "no-such-job"`)
 }
 
-// TestImageEditReferenceAsUploaded: the worker gets the uploaded bytes, not a re-encode of the
-// decoded image (here they differ on purpose, so the output shows which one it read).
+// TestImageEditReferenceAsUploaded: which pixels the worker gets. An 8-bit PNG upload goes as
+// the decoded pixels, raw (decoding it again would give the same ones); a JPEG goes as the
+// uploaded bytes, not a re-encode of the decoded image. Here decoded and uploaded differ on
+// purpose, so the output shows which one the worker read.
 func TestImageEditReferenceAsUploaded(t *testing.T) {
 	fx := newTask(t, "ok")
 	decoded := image.NewNRGBA(image.Rect(0, 0, 4, 3))
@@ -170,18 +173,25 @@ func TestImageEditReferenceAsUploaded(t *testing.T) {
 	for i := range uploaded.Pix {
 		uploaded.Pix[i] = byte(i*11) | 1
 		if i%4 == 3 {
-			uploaded.Pix[i] = 255
+			uploaded.Pix[i], decoded.Pix[i] = 255, 255
 		}
 	}
-	var file bytes.Buffer
-	require.NoError(t, png.Encode(&file, uploaded))
-	out, err := fx.task.Run(context.Background(), spec.Request{
-		Settings:  spec.Settings{Prompt: "p", Size: spec.Size{W: 4, H: 3}, Steps: 1, Guidance: 1, Seed: 1},
-		Reference: decoded, ReferenceFile: file.Bytes(),
-	})
+	var pngFile, jpegFile bytes.Buffer
+	require.NoError(t, png.Encode(&pngFile, uploaded))
+	require.NoError(t, jpeg.Encode(&jpegFile, uploaded, &jpeg.Options{Quality: 100}))
+	jpegDecoded, err := jpeg.Decode(bytes.NewReader(jpegFile.Bytes()))
 	require.NoError(t, err)
-	r := uploaded.NRGBAAt(2, 1)
-	assert.Equal(t, color.RGBA{r.R, r.G, r.B, 255}, out.Video.RGBA(0).RGBAAt(2, 1))
+	run := func(file []byte) image.Image {
+		out, err := fx.task.Run(context.Background(), spec.Request{
+			Settings:  spec.Settings{Prompt: "p", Size: spec.Size{W: 4, H: 3}, Steps: 1, Guidance: 1, Seed: 1},
+			Reference: decoded, ReferenceFile: file,
+		})
+		require.NoError(t, err)
+		return out.Video.RGBA(0)
+	}
+	assert.Equal(t, color.RGBA{0, 0, 0, 255}, run(pngFile.Bytes()).At(2, 1), "a PNG upload goes as the decoded pixels")
+	r, g, b, _ := jpegDecoded.At(2, 1).RGBA()
+	assert.Equal(t, color.RGBA{uint8(r >> 8), uint8(g >> 8), uint8(b >> 8), 255}, run(jpegFile.Bytes()).At(2, 1), "a JPEG goes as uploaded")
 }
 
 func TestImageEditReference(t *testing.T) {

@@ -44,7 +44,9 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"image/png"
+	"image"
+	_ "image/jpeg" // an uploaded reference may be JPEG
+	_ "image/png"
 	"os"
 	"os/exec"
 	"strings"
@@ -75,7 +77,9 @@ type command struct {
 	ID        string        `json:"id"`
 	Settings  spec.Settings `json:"settings"`
 	Reference string        `json:"reference"`
-	Output    string        `json:"output"`
+	// ReferenceRGB: the reference file is raw rgb24 of this size (docs/WORKER.md).
+	ReferenceRGB *struct{ Width, Height int } `json:"reference_rgb"`
+	Output       string                      `json:"output"`
 }
 
 // BadFrames are the breakages of the frames rules (docs/WORKER.md) mode badframes sends, by
@@ -192,12 +196,21 @@ func runJob(mode string, c command, lines <-chan command, enc *json.Encoder, log
 	}
 
 	var raw []byte
-	if c.Reference != "" {
+	if rgb := c.ReferenceRGB; c.Reference != "" && rgb != nil {
+		b, err := os.ReadFile(c.Reference)
+		switch {
+		case err != nil:
+			return fail("bad_reference", err.Error())
+		case rgb.Width != w || rgb.Height != h || len(b) != w*h*3:
+			return fail("bad_reference", fmt.Sprintf("raw reference of %d bytes declared %dx%d, size %v", len(b), rgb.Width, rgb.Height, s.Size))
+		}
+		raw = b
+	} else if c.Reference != "" {
 		f, err := os.Open(c.Reference)
 		if err != nil {
 			return fail("bad_reference", err.Error())
 		}
-		img, err := png.Decode(f)
+		img, _, err := image.Decode(f)
 		f.Close()
 		if err != nil {
 			return fail("bad_reference", err.Error())
