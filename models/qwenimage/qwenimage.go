@@ -26,13 +26,14 @@ func Entries() []spec.Entry {
 			// $MEDIAQUAL_ROOT. The weights are the row's bundle under $MEDIAQUAL_BUNDLES.
 			Worker: []string{"python3", "models/qwenimage/adapter.py", "--bundle-name", "Qwen/Qwen-Image-Edit-2511",
 				"--warmup-size", pinned.Size.String()},
-			// eager until regional-compile is measured on the GPU (`mediaserve -engine
-			// regional-compile` serves it). Compiled, the warm-up before "ready" runs true CFG,
+			// regional-compile: on the H200 it denoised at 604.8 ms a step against eager's
+			// 772.7 (reports/published/qwen-image-edit-2511-L0-random-h200-regional-compile);
+			// `mediaserve -engine eager` serves eager. The warm-up before "ready" runs true CFG,
 			// whose two prompts differ in length, so the block is also compiled for a varying
-			// text length: on the tiny CPU pipeline, prompts of other lengths then ran without
-			// compiling again. A reference of another aspect ratio than the warm-up's square
-			// does compile again, inside its first job; the fixtures are square.
-			Engine: "eager",
+			// text length: no measured job of that run compiled. A reference of another aspect
+			// ratio than the warm-up's square does compile again, inside its first job (the
+			// worker logs it); the fixtures are square.
+			Engine: "regional-compile",
 			// The pinned negative prompt keeps true CFG on, so CFG-2 applies; it is not yet
 			// measured, so one GPU stays preferred. Ulysses-2 is offered for the 1024² edit
 			// (image and reference tokens together), also unmeasured.
