@@ -453,13 +453,18 @@ class TorchBackend:
             inductor.deterministic = True
             pipe.transformer.compile_repeated_blocks(fullgraph=True)
         if engine.endswith("-graphs"):
-            from .graphs import GraphedForward
-
-            owner = self.cfg_parallel or pipe.transformer  # a layout's Branches calls owner._forward
-            attr = "_forward" if self.cfg_parallel else "forward"
-            self.cuda_graphs = GraphedForward(getattr(owner, attr), self.torch)
-            setattr(owner, attr, self.cuda_graphs)
+            self.graph_transformer(pipe)
         self.engine = engine
+
+    def graph_transformer(self, pipe):
+        """Replays pipe.transformer's forward as CUDA graphs (graphs.py), innermost: under a
+        layout's Branches, which calls the transformer through its _forward."""
+        from .graphs import GraphedForward
+
+        owner = self.cfg_parallel or pipe.transformer
+        attr = "_forward" if self.cfg_parallel else "forward"
+        self.cuda_graphs = GraphedForward(getattr(owner, attr), self.torch)
+        setattr(owner, attr, self.cuda_graphs)
 
     cuda_graphs = None  # graphs.GraphedForward under regional-compile-graphs
 

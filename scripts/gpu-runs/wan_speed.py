@@ -16,7 +16,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models"))
 
-from pyworker import graphs, parallel, worker as pw  # noqa: E402
+from pyworker import parallel, worker as pw  # noqa: E402
 from wan import adapter  # noqa: E402
 
 PINNED = {"size": "832x480", "num_frames": 17, "fps": 16, "num_inference_steps": 30, "guidance": 5.0, "seed": 42}
@@ -40,11 +40,7 @@ def main():
         else:
             base(self, pipe, engine)
         if "graphs" in extras:
-            # Innermost: the graph records the transformer's own forward, under any cfg-batch.
-            owner = self.cfg_parallel or pipe.transformer
-            attr = "_forward" if self.cfg_parallel else "forward"
-            self.graphed = graphs.GraphedForward(getattr(owner, attr), self.torch)
-            setattr(owner, attr, self.graphed)
+            self.graph_transformer(pipe)  # innermost, under any cfg-batch
 
     adapter.DiffusersBackend.apply_engine = apply_engine
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
@@ -66,7 +62,7 @@ def main():
             "denoise_ms_per_step": round(phases["denoise"] / PINNED["num_inference_steps"], 1),
             "task_ms": round((t1 - t0) * 1000.0, 1), "phases_ms": phases,
             "frames_sha256": hashlib.sha256(memoryview(frames)).hexdigest()[:16],
-            "graphs": b.graphed.report() if getattr(b, "graphed", None) else None,
+            "graphs": b.cuda_graphs.report() if b.cuda_graphs else None,
         }), flush=True)
 
 
