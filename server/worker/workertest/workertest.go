@@ -79,7 +79,7 @@ type command struct {
 	Reference string        `json:"reference"`
 	// ReferenceRGB: the reference file is raw rgb24 of this size (docs/WORKER.md).
 	ReferenceRGB *struct{ Width, Height int } `json:"reference_rgb"`
-	Output       string                      `json:"output"`
+	Output       string                       `json:"output"`
 }
 
 // BadFrames are the breakages of the frames rules (docs/WORKER.md) mode badframes sends, by
