@@ -580,20 +580,14 @@ func rawReference(req spec.Request) []byte {
 	switch m := req.Reference.(type) {
 	case *image.NRGBA:
 		for y := b.Min.Y; y < b.Max.Y; y++ {
-			row := m.Pix[m.PixOffset(b.Min.X, y):m.PixOffset(b.Max.X, y)]
-			for i := 0; i < len(row); i += 4 {
-				out = append(out, row[i], row[i+1], row[i+2])
-			}
+			out = packRGB(out, m.Pix[m.PixOffset(b.Min.X, y):m.PixOffset(b.Max.X, y)])
 		}
 	case *image.RGBA: // opaque only: premultiplied and straight colour agree at alpha 255
+		if !m.Opaque() {
+			return nil
+		}
 		for y := b.Min.Y; y < b.Max.Y; y++ {
-			row := m.Pix[m.PixOffset(b.Min.X, y):m.PixOffset(b.Max.X, y)]
-			for i := 0; i < len(row); i += 4 {
-				if row[i+3] != 0xff {
-					return nil
-				}
-				out = append(out, row[i], row[i+1], row[i+2])
-			}
+			out = packRGB(out, m.Pix[m.PixOffset(b.Min.X, y):m.PixOffset(b.Max.X, y)])
 		}
 	case *image.Gray:
 		for y := b.Min.Y; y < b.Max.Y; y++ {
@@ -627,6 +621,14 @@ func rawReference(req spec.Request) []byte {
 	default:
 		return nil
 	}
+	return out
+}
+
+// packRGB appends an RGBA row to out as rgb24.
+func packRGB(out, row []byte) []byte {
+	n := len(out)
+	out = out[:n+len(row)/4*3]
+	spec.PackRGB(out[n:], row)
 	return out
 }
 
