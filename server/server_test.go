@@ -240,7 +240,11 @@ func TestPollHeldUntilTheJobChanges(t *testing.T) {
 		id := e.postForm(t, "/v1/videos", map[string]string{"model": "fake", "prompt": "p"}).json(t)["id"].(string)
 		<-task.entered
 		got := get(e, id)
-		time.Sleep(100 * time.Millisecond) // the poll is held
+		select {
+		case obj := <-got:
+			t.Fatalf("the poll was answered while the job was unchanged: %v", obj)
+		case <-time.After(100 * time.Millisecond): // held
+		}
 		require.Equal(t, 200, e.do(t, "DELETE", "/v1/videos/"+id, "", nil).status)
 		select {
 		case obj := <-got:

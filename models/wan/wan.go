@@ -30,8 +30,8 @@ func worker(flowShift, bundle string, pinned spec.Settings) []string {
 // Wan2.1 replays its transformer as a CUDA graph too (the same bytes; its small blocks are
 // launched from Python fast enough only while the host is idle); Wan2.2 has not run with it.
 const (
-	engine   = "regional-compile"
-	engine21 = "regional-compile-graphs"
+	engine        = "regional-compile"
+	engineGraphed = "regional-compile-graphs"
 )
 
 // Layouts, in order of preference. Ulysses context parallelism splits the token sequence
@@ -79,7 +79,7 @@ func Entries() []spec.Entry {
 				},
 				Defaults: wan21,
 				Worker:   worker("3.0", "Wan-AI/Wan2.1-T2V-1.3B-Diffusers", wan21),
-				Engine:   engine21,
+				Engine:   engineGraphed,
 				Layouts:  wan21Layouts,
 			},
 			Workload: spec.TextToVideo, NativeTask: "diffusers.WanPipeline (UniPC flow_shift 3.0)",
