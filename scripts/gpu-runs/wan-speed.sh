@@ -8,6 +8,7 @@ source .gpu/setup.sh || exit 1
 export CUDA_VISIBLE_DEVICES=0
 rm -rf /tmp/bundles/Qwen  # the device's 64 GB disk holds one big bundle at a time
 [ -f /tmp/bundles/Wan-AI/Wan2.1-T2V-1.3B-Diffusers/model_index.json ] || python3 models/wan/build_l0.py --out /tmp/bundles 2>&1 | tail -1
+python3 -c 'import torch; print("sdpa priority:", torch._C._get_sdp_priority_order())' 2>&1 | tail -1
 for v in $variants; do
   timeout 300 python3 scripts/gpu-runs/wan_speed.py /tmp/bundles/Wan-AI/Wan2.1-T2V-1.3B-Diffusers "$v" "$n" 2>"$OUT/speed-${v//+/_}.log" \
     || { echo "$v failed:"; tail -5 "$OUT/speed-${v//+/_}.log"; }

@@ -4,7 +4,9 @@
 VARIANT is eager or regional-compile, optionally followed by +cfg-batch (parallel.CFGBatch: a
 step's two guidance branches as one batch of two) and/or +autotune (regional-compile with
 inductor's timed kernel choices, which the adapter turns off so that two processes get the same
-bytes) and/or +graphs (pyworker/graphs.py: the transformer's forward as a CUDA graph). Loads the bundle as the adapter does, warms up at the pinned shape, then runs N jobs of
+bytes) and/or +graphs (pyworker/graphs.py: the transformer's forward as a CUDA graph) and/or
++cudnn or +flash (torch's scaled-dot-product attention held to that one kernel family; by default
+torch picks among them per call). Loads the bundle as the adapter does, warms up at the pinned shape, then runs N jobs of
 the row's pinned settings (832x480x17, 30 steps, guidance 5, seed 42, the first fixture prompt),
 printing one JSON line a job: its denoise per step, Task wall, phases and raw-frame digest.
 """
@@ -26,7 +28,7 @@ def main():
     bundle, variant = sys.argv[1], sys.argv[2]
     n = int(sys.argv[3]) if len(sys.argv) > 3 else 3
     engine, *extras = variant.split("+")
-    unknown = set(extras) - {"cfg-batch", "autotune", "graphs"}
+    unknown = set(extras) - {"cfg-batch", "autotune", "graphs", "cudnn", "flash"}
     if engine not in pw.ENGINES or unknown:
         sys.exit("unknown variant %r" % variant)
     base = adapter.DiffusersBackend.apply_engine
@@ -43,6 +45,13 @@ def main():
             self.graph_transformer(pipe)  # innermost, under any cfg-batch
 
     adapter.DiffusersBackend.apply_engine = apply_engine
+    if "cudnn" in extras or "flash" in extras:
+        import torch
+        # Set before the warm-up, so the compiled blocks trace the chosen kernel.
+        torch.backends.cuda.enable_flash_sdp("flash" in extras)
+        torch.backends.cuda.enable_cudnn_sdp("cudnn" in extras)
+        torch.backends.cuda.enable_mem_efficient_sdp(False)
+        torch.backends.cuda.enable_math_sdp(False)
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
     with open(os.path.join(root, "fixtures", "prompts", "t2v.jsonl")) as f:
         prompt = json.loads(f.readline())["text"]
