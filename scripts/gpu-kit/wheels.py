@@ -5,10 +5,13 @@
                    metadata only), keep what the device lacks, write wheels.txt
   wheels.py check  DIR: every Requires-Dist of every wheel in DIR (markers evaluated for the
                    device's Python) is met by a wheel in DIR or a package on the device
+  wheels.py prune  SITE: remove the distributions in unused.txt from the installed tree SITE
+  wheels.py blocker WHL DIR: write DIR/sitecustomize.py, which fails every import of a module
+                   those distributions' wheels in WHL install, and logs it to DIR/attempts.log
 
 The device has no network and installs the kit with `pip install --no-index --no-deps`, so
 nothing checks dependencies there: `check` is that check, made here. Reads only this folder's
-device-packages.txt and wheels.txt, never anything outside the repository.
+device-packages.txt, wheels.txt and unused.txt, never anything outside the repository.
 """
 import json
 import os
@@ -179,10 +182,95 @@ def check(whl_dir):
     return 1 if errors else 0
 
 
+def unused_names():
+    with open(os.path.join(HERE, "unused.txt")) as f:
+        return {norm(line.split("#", 1)[0].strip()) for line in f} - {""}
+
+
+def record_paths(lines):
+    # --target puts data files (../../share/...) beside the packages.
+    return [row.rsplit(",", 2)[0].removeprefix("../../") for row in lines if row.strip()]
+
+
+def unused_records(names_and_records):
+    """{distribution: [paths]} for unused.txt's distributions among (dist-info name, RECORD lines)."""
+    names, out = unused_names(), {}
+    for info, lines in names_and_records:
+        if norm(info.removesuffix(".dist-info").rsplit("-", 1)[0]) in names:
+            out[info] = record_paths(lines)
+    missing = names - {norm(d.removesuffix(".dist-info").rsplit("-", 1)[0]) for d in out}
+    if missing:
+        sys.exit(f"unused.txt names distributions not in the kit: {', '.join(sorted(missing))}")
+    return out
+
+
+def unused_files(site):
+    """unused_records of the tree pip installed in site."""
+    def installed():
+        for d in sorted(os.listdir(site)):
+            if d.endswith(".dist-info"):
+                with open(os.path.join(site, d, "RECORD")) as f:
+                    yield d, f.read().splitlines()
+    return unused_records(installed())
+
+
+def prune(site):
+    removed = 0
+    for paths in unused_files(site).values():
+        for p in paths:
+            full = os.path.join(site, p)
+            if os.path.isfile(full):
+                removed += os.path.getsize(full)
+                os.remove(full)
+    for root, dirs, files in os.walk(site, topdown=False):
+        if root != site and not os.listdir(root):
+            os.rmdir(root)
+    print(f"pruned unused.txt's distributions: {removed / 1048576:.1f} MiB", file=sys.stderr)
+
+
+def blocker(whl_dir, out):
+    def wheels():
+        for fn in sorted(os.listdir(whl_dir)):
+            if fn.endswith(".whl"):
+                with zipfile.ZipFile(os.path.join(whl_dir, fn)) as z:
+                    rec = next(n for n in z.namelist() if n.count("/") == 1 and n.endswith(".dist-info/RECORD"))
+                    yield rec.split("/")[0], z.read(rec).decode("utf-8").splitlines()
+    tops = set()
+    for paths in unused_records(wheels()).values():
+        for p in paths:
+            top = p.split("/", 1)[0]
+            if p.endswith(".py") and not top.endswith((".dist-info", ".data")):
+                tops.add(top.removesuffix(".py"))
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "sitecustomize.py"), "w") as f:
+        f.write(f"""# Written by scripts/gpu-kit/wheels.py blocker: fail and log every import of these.
+import os, sys
+BLOCKED = {sorted(tops)!r}
+LOG = {os.path.join(os.path.abspath(out), "attempts.log")!r}
+
+
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            with open(LOG, "a") as f:
+                f.write("%d %s\\n" % (os.getpid(), name))
+            raise ImportError("blocked by the gpu-kit check: " + name)
+        return None
+
+
+sys.meta_path.insert(0, Block())
+""")
+    print(f"blocking {len(tops)} modules: {' '.join(sorted(tops))}", file=sys.stderr)
+
+
 if __name__ == "__main__":
     if sys.argv[1:] == ["lock"]:
         lock()
     elif len(sys.argv) == 3 and sys.argv[1] == "check":
         sys.exit(check(sys.argv[2]))
+    elif len(sys.argv) == 3 and sys.argv[1] == "prune":
+        prune(sys.argv[2])
+    elif len(sys.argv) == 4 and sys.argv[1] == "blocker":
+        blocker(sys.argv[2], sys.argv[3])
     else:
         sys.exit(__doc__)
