@@ -5,8 +5,9 @@ VARIANT is eager or regional-compile, optionally followed by +cfg-batch (paralle
 step's two guidance branches as one batch of two) and/or +autotune (regional-compile with
 inductor's timed kernel choices, which the adapter turns off so that two processes get the same
 bytes) and/or +graphs (pyworker/graphs.py: the transformer's forward as a CUDA graph) and/or
-+cudnn or +flash (torch's scaled-dot-product attention held to that one kernel family; by default
-torch picks among them per call). Loads the bundle as the adapter does, warms up at the pinned shape, then runs N jobs of
++cudnn or +flash (the transformer's attention through diffusers' _native_cudnn or _native_flash
+backend: torch's scaled-dot-product attention held to that kernel family, where by default torch
+picks flash, then memory-efficient, math, cuDNN, the first that takes the call). Loads the bundle as the adapter does, warms up at the pinned shape, then runs N jobs of
 the row's pinned settings (832x480x17, 30 steps, guidance 5, seed 42, the first fixture prompt),
 printing one JSON line a job: its denoise per step, Task wall, phases and raw-frame digest.
 """
@@ -34,6 +35,11 @@ def main():
     base = adapter.DiffusersBackend.apply_engine
 
     def apply_engine(self, pipe, engine):
+        # The transformer's attention only (the text encoder's masked attention needs others),
+        # before any compile traces it: diffusers' backends hold SDPA to one kernel family.
+        for extra, backend in (("cudnn", "_native_cudnn"), ("flash", "_native_flash")):
+            if extra in extras:
+                pipe.transformer.set_attention_backend(backend)
         if "cfg-batch" in extras:
             self.cfg_parallel = parallel.CFGBatch(pipe.transformer, self.torch)
         if "autotune" in extras:
@@ -45,13 +51,6 @@ def main():
             self.graph_transformer(pipe)  # innermost, under any cfg-batch
 
     adapter.DiffusersBackend.apply_engine = apply_engine
-    if "cudnn" in extras or "flash" in extras:
-        import torch
-        # Set before the warm-up, so the compiled blocks trace the chosen kernel.
-        torch.backends.cuda.enable_flash_sdp("flash" in extras)
-        torch.backends.cuda.enable_cudnn_sdp("cudnn" in extras)
-        torch.backends.cuda.enable_mem_efficient_sdp(False)
-        torch.backends.cuda.enable_math_sdp(False)
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
     with open(os.path.join(root, "fixtures", "prompts", "t2v.jsonl")) as f:
         prompt = json.loads(f.readline())["text"]
