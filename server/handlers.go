@@ -23,6 +23,7 @@ import (
 	_ "golang.org/x/image/webp" // and WebP, as OpenAI's edit API allows
 
 	"mediaqual/models/spec"
+	"mediaqual/server/pngread"
 )
 
 // requestInfo is what a job keeps of the HTTP request that created it.
@@ -392,7 +393,12 @@ func decodeReference(b []byte, maxPixels int) (image.Image, *apiError) {
 	if cfg.Width <= 0 || cfg.Height <= 0 || cfg.Width*cfg.Height > maxPixels {
 		return nil, invalid("image", "the reference is %dx%d; at most %d pixels are accepted", cfg.Width, cfg.Height, maxPixels)
 	}
-	img, _, err := image.Decode(bytes.NewReader(b))
+	var img image.Image
+	if format == "png" { // the edits' usual upload, on the request's critical path: see pngread
+		img, err = pngread.Decode(b)
+	} else {
+		img, _, err = image.Decode(bytes.NewReader(b))
+	}
 	if err != nil {
 		return nil, invalid("image", "the %s reference could not be decoded: %v", format, err)
 	}
