@@ -4,13 +4,12 @@ package pngread
 
 import (
 	"bytes"
-	"compress/zlib"
 	"encoding/binary"
-	"errors"
+	"hash/adler32"
 	"hash/crc32"
 	"image"
 	"image/png"
-	"io"
+	"sync"
 )
 
 // Decode decodes a PNG exactly as image/png.Decode does (same concrete image type, bounds,
@@ -26,9 +25,20 @@ func Decode(data []byte) (image.Image, error) {
 	return png.Decode(bytes.NewReader(data))
 }
 
-// batchBytes sets how much inflated data goes with one hand-over to the unfiltering
-// goroutine: a channel operation per row would cost a wake-up per row when it keeps up.
+// batchBytes sets how much inflated data goes with one hand-over to the unfiltering caller:
+// a channel operation per row would cost a wake-up per row when it keeps up.
 const batchBytes = 64 << 10
+
+// fastState is what a fast-path decode needs besides the image: the inflater's tables, the
+// filtered rows and, when the stream spans several IDAT chunks, the joined stream. Pooled, as
+// they are megabytes for a photo.
+type fastState struct {
+	inf      inflater
+	filtered []byte
+	joined   []byte
+}
+
+var fastStates = sync.Pool{New: func() any { return new(fastState) }}
 
 // decodeFast returns nil whenever it cannot vouch that image/png would return the same image.
 func decodeFast(data []byte) image.Image {
@@ -37,37 +47,59 @@ func decodeFast(data []byte) image.Image {
 		return nil
 	}
 	bpp := 3
+	if ct == 6 {
+		bpp = 4
+	}
+	rowLen := 1 + bpp*w // a filtered row: the filter type, then the samples
+	zlen := 0
+	for _, c := range idat {
+		zlen += len(c)
+	}
+	// DEFLATE expands at most 1032-fold: leave streams too short for the image to image/png
+	// before allocating for it.
+	if h*rowLen/1032 > zlen {
+		return nil
+	}
 	var img image.Image
 	var pix []byte
 	if ct == 2 {
 		m := image.NewRGBA(image.Rect(0, 0, w, h))
 		img, pix = m, m.Pix
 	} else {
-		bpp = 4
 		m := image.NewNRGBA(image.Rect(0, 0, w, h))
 		img, pix = m, m.Pix
 	}
-	stride := 4 * w
-	// Each row is inflated straight into the tail of its destination row; the unfilter then
-	// expands it in place, so no row or image buffer is needed besides the result.
-	off := stride - bpp*w
-	filters := make([]byte, h)
-	src := &idatReader{chunks: idat}
+	st := fastStates.Get().(*fastState)
+	defer fastStates.Put(st) // only once the inflater has stopped: see below
+	if cap(st.filtered) < h*rowLen {
+		st.filtered = make([]byte, h*rowLen)
+	}
+	filtered := st.filtered[:h*rowLen]
 
-	ready := make(chan int, 4) // rows [0, n) are inflated
+	// The inflater publishes how much of filtered is final; the rows below that are unfiltered
+	// here meanwhile, into the image: matches may still copy from the filtered bytes.
+	ready := make(chan int, 4)
 	done := make(chan struct{})
-	var inflErr error
+	var inflOK bool
 	go func() {
 		defer close(ready)
-		inflErr = inflate(src, pix, filters, stride, off, h, ready, done)
+		inflOK = inflateIDAT(st, filtered, idat, zlen, func(n int) bool {
+			select {
+			case ready <- n:
+				return true
+			case <-done:
+				return false
+			}
+		})
 	}()
 
+	stride := 4 * w
 	zero := make([]byte, stride)
 	prev, y := zero, 0
 	for n := range ready {
-		for ; y < n; y++ {
-			cur := pix[y*stride : (y+1)*stride]
-			if !unfilter(filters[y], cur, prev, off, bpp) {
+		for ; y < h && (y+1)*rowLen <= n; y++ {
+			row, cur := filtered[y*rowLen:(y+1)*rowLen], pix[y*stride:(y+1)*stride]
+			if !unfilter(row[0], cur, prev, row[1:], bpp) {
 				close(done)
 				for range ready { // wait for the inflater to stop: no goroutine outlives Decode
 				}
@@ -76,53 +108,40 @@ func decodeFast(data []byte) image.Image {
 			prev = cur
 		}
 	}
-	if inflErr != nil || y != h {
+	if !inflOK || y != h {
 		return nil
 	}
 	return img
 }
 
-// errFallBack stops the fast path; Decode then returns image/png's own verdict.
-var errFallBack = errors.New("pngread: not a fast-path stream")
-
-// inflate decompresses the rows into pix, announcing progress on ready, and then checks the
-// end of the stream the way image/png does.
-func inflate(src *idatReader, pix, filters []byte, stride, off, h int, ready chan<- int, done <-chan struct{}) error {
-	zr, err := zlib.NewReader(src)
-	if err != nil {
-		return err
-	}
-	batch := max(1, batchBytes/stride)
-	for y := 0; y < h; y++ {
-		if _, err := io.ReadFull(zr, filters[y:y+1]); err != nil {
-			return err
+// inflateIDAT decompresses the IDAT payloads' zlib stream into filtered, which it must fill
+// exactly, publishing progress, and checks the stream's end the way image/png does.
+func inflateIDAT(st *fastState, filtered []byte, idat [][]byte, zlen int, publish func(int) bool) bool {
+	var z []byte
+	switch len(idat) {
+	case 0:
+	case 1:
+		z = idat[0]
+	default:
+		z = st.joined[:0]
+		for _, c := range idat {
+			z = append(z, c...)
 		}
-		if _, err := io.ReadFull(zr, pix[y*stride+off:(y+1)*stride]); err != nil {
-			return err
-		}
-		if (y+1)%batch == 0 || y+1 == h {
-			select {
-			case ready <- y + 1:
-			case <-done:
-				return errFallBack
-			}
+		st.joined = z
+	}
+	end, sum, ok := st.inf.zlibStream(filtered, z, batchBytes, publish)
+	if !ok || !publish(len(filtered)) || adler32.Checksum(filtered) != sum {
+		return false
+	}
+	// image/png reads until io.EOF and rejects further pixel data; it accepts leftover bytes in
+	// the last IDAT chunk only if its bufio.Reader happened to swallow them, so we insist the
+	// stream ends exactly at a chunk boundary. Later IDAT chunks are ignored.
+	for _, c := range idat {
+		if end -= len(c); end <= 0 {
+			return end == 0
 		}
 	}
-	// image/png reads on until io.EOF (which verifies the adler32) and rejects further pixel
-	// data; it accepts leftover bytes in the last IDAT chunk only if its bufio.Reader happened
-	// to swallow them, so we insist the stream ends exactly at a chunk boundary.
-	var one [1]byte // not filters: the unfilter may still be reading them
-	n := 0
-	for i := 0; n == 0 && err == nil; i++ {
-		if i == 100 {
-			return io.ErrNoProgress
-		}
-		n, err = zr.Read(one[:])
-	}
-	if n != 0 || err != io.EOF || len(src.cur) != 0 {
-		return errFallBack
-	}
-	return nil
+	return false
 }
 
 // scan walks the chunks up to IEND with image/png's ordering, length and CRC rules. It
@@ -199,66 +218,27 @@ func scan(data []byte) (w, h, ct int, idat [][]byte, ok bool) {
 	}
 }
 
-// idatReader presents IDAT payloads as one stream. Being an io.ByteReader, it stops flate
-// from reading ahead, so after the stream cur holds exactly what followed it.
-type idatReader struct {
-	chunks [][]byte
-	cur    []byte
-}
-
-func (r *idatReader) next() bool {
-	for len(r.cur) == 0 {
-		if len(r.chunks) == 0 {
-			return false
-		}
-		r.cur, r.chunks = r.chunks[0], r.chunks[1:]
-	}
-	return true
-}
-
-func (r *idatReader) Read(p []byte) (int, error) {
-	if len(p) == 0 {
-		return 0, nil
-	}
-	if !r.next() {
-		return 0, io.EOF
-	}
-	n := copy(p, r.cur)
-	r.cur = r.cur[n:]
-	return n, nil
-}
-
-func (r *idatReader) ReadByte() (byte, error) {
-	if !r.next() {
-		return 0, io.EOF
-	}
-	b := r.cur[0]
-	r.cur = r.cur[1:]
-	return b, nil
-}
-
-// unfilter undoes filter f on one row and expands it to 4 bytes per pixel: the filtered
-// bytes (bpp per pixel) sit at cur[off:], and the result overwrites cur from the start. Each
-// pixel is read before it is written, which the layout makes safe (write 4x+3 < read
-// off+bpp*(x+1)). The predictors use the left and upper neighbours in their final 4-byte
-// form, which equal the raw PNG samples they were made from. It reports false for an
-// invalid filter type.
-func unfilter(f byte, cur, prev []byte, off, bpp int) bool {
+// unfilter undoes filter f on one row of filtered samples src (bpp bytes per pixel) into
+// cur, 4 bytes per pixel. The predictors use the left and upper (prev) neighbours in their
+// final 4-byte form, which equal the raw PNG samples they were made from. It reports false
+// for an invalid filter type.
+func unfilter(f byte, cur, prev, src []byte, bpp int) bool {
 	switch {
 	case f > 4:
 		return false
 	case f == 4 && bpp == 3:
-		paeth3(cur, prev, off)
+		paeth3(cur, prev, src)
 		return true
 	case f == 4:
-		paeth4(cur, prev)
+		paeth4(cur, prev, src)
 		return true
 	case f == 0 && bpp == 4:
+		copy(cur, src)
 		return true
 	}
 	var a0, a1, a2, a3 byte // left pixel, decoded
-	for k, j := 0, off; k+4 <= len(cur); k, j = k+4, j+bpp {
-		s := cur[j : j+bpp : j+bpp]
+	for k, j := 0, 0; k+4 <= len(cur) && j+bpp <= len(src); k, j = k+4, j+bpp {
+		s := src[j : j+bpp : j+bpp]
 		r0, r1, r2, r3 := s[0], s[1], s[2], byte(0xff)
 		if bpp == 4 {
 			r3 = s[3]
@@ -288,10 +268,10 @@ func unfilter(f byte, cur, prev []byte, off, bpp int) bool {
 
 // paeth3 and paeth4 are unfilter's Paeth cases (nearly every row of a photo), with the
 // channels interleaved so that the CPU works on three or four independent chains at once.
-func paeth3(cur, prev []byte, off int) {
+func paeth3(cur, prev, src []byte) {
 	var a0, a1, a2, c0, c1, c2 int
-	for k, j := 0, off; k+4 <= len(cur) && j+3 <= len(cur); k, j = k+4, j+3 {
-		s, u := cur[j:j+3:j+3], prev[k:k+4:k+4]
+	for k, j := 0, 0; k+4 <= len(cur) && j+3 <= len(src); k, j = k+4, j+3 {
+		s, u := src[j:j+3:j+3], prev[k:k+4:k+4]
 		b0, b1, b2 := int(u[0]), int(u[1]), int(u[2])
 		a0 = (int(s[0]) + paeth(a0, b0, c0)) & 0xff
 		a1 = (int(s[1]) + paeth(a1, b1, c1)) & 0xff
@@ -302,15 +282,16 @@ func paeth3(cur, prev []byte, off int) {
 	}
 }
 
-func paeth4(cur, prev []byte) {
+func paeth4(cur, prev, src []byte) {
 	var a0, a1, a2, a3, c0, c1, c2, c3 int
-	for k := 0; k+4 <= len(cur) && k+4 <= len(prev); k += 4 {
-		d, u := cur[k:k+4:k+4], prev[k:k+4:k+4]
+	for k := 0; k+4 <= len(cur) && k+4 <= len(prev) && k+4 <= len(src); k += 4 {
+		s, u := src[k:k+4:k+4], prev[k:k+4:k+4]
 		b0, b1, b2, b3 := int(u[0]), int(u[1]), int(u[2]), int(u[3])
-		a0 = (int(d[0]) + paeth(a0, b0, c0)) & 0xff
-		a1 = (int(d[1]) + paeth(a1, b1, c1)) & 0xff
-		a2 = (int(d[2]) + paeth(a2, b2, c2)) & 0xff
-		a3 = (int(d[3]) + paeth(a3, b3, c3)) & 0xff
+		a0 = (int(s[0]) + paeth(a0, b0, c0)) & 0xff
+		a1 = (int(s[1]) + paeth(a1, b1, c1)) & 0xff
+		a2 = (int(s[2]) + paeth(a2, b2, c2)) & 0xff
+		a3 = (int(s[3]) + paeth(a3, b3, c3)) & 0xff
+		d := cur[k : k+4 : k+4]
 		d[0], d[1], d[2], d[3] = byte(a0), byte(a1), byte(a2), byte(a3)
 		c0, c1, c2, c3 = b0, b1, b2, b3
 	}
