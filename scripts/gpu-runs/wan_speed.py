@@ -7,7 +7,9 @@ inductor's timed kernel choices, which the adapter turns off so that two process
 bytes) and/or +graphs (pyworker/graphs.py: the transformer's forward as a CUDA graph) and/or
 +cudnn or +flash (the transformer's attention through diffusers' _native_cudnn or _native_flash
 backend: torch's scaled-dot-product attention held to that kernel family, where by default torch
-picks flash, then memory-efficient, math, cuDNN, the first that takes the call). Loads the bundle as the adapter does, warms up at the pinned shape, then runs N jobs of
+picks flash, then memory-efficient, math, cuDNN, the first that takes the call) and/or +fuse
+(diffusers' fuse_qkv_projections: self-attention's q, k, v and cross-attention's k, v each one
+matmul). Loads the bundle as the adapter does, warms up at the pinned shape, then runs N jobs of
 the row's pinned settings (832x480x17, 30 steps, guidance 5, seed 42, the first fixture prompt),
 printing one JSON line a job: its denoise per step, Task wall, phases and raw-frame digest.
 """
@@ -29,7 +31,7 @@ def main():
     bundle, variant = sys.argv[1], sys.argv[2]
     n = int(sys.argv[3]) if len(sys.argv) > 3 else 3
     engine, *extras = variant.split("+")
-    unknown = set(extras) - {"cfg-batch", "autotune", "graphs", "cudnn", "flash"}
+    unknown = set(extras) - {"cfg-batch", "autotune", "graphs", "cudnn", "flash", "fuse"}
     if engine not in pw.ENGINES or unknown:
         sys.exit("unknown variant %r" % variant)
     base = adapter.DiffusersBackend.apply_engine
@@ -40,6 +42,8 @@ def main():
         for extra, backend in (("cudnn", "_native_cudnn"), ("flash", "_native_flash")):
             if extra in extras:
                 pipe.transformer.set_attention_backend(backend)
+        if "fuse" in extras:
+            pipe.transformer.fuse_qkv_projections()  # q, k, v (k, v across) as one matmul
         if "cfg-batch" in extras:
             self.cfg_parallel = parallel.CFGBatch(pipe.transformer, self.torch)
         if "autotune" in extras:
