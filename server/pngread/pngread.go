@@ -5,7 +5,6 @@ package pngread
 import (
 	"bytes"
 	"encoding/binary"
-	"hash/adler32"
 	"hash/crc32"
 	"image"
 	"image/png"
@@ -123,14 +122,16 @@ func inflateIDAT(st *fastState, filtered []byte, idat [][]byte, zlen int, publis
 	case 1:
 		z = idat[0]
 	default:
+		if cap(st.joined) < zlen {
+			st.joined = make([]byte, 0, zlen)
+		}
 		z = st.joined[:0]
 		for _, c := range idat {
 			z = append(z, c...)
 		}
-		st.joined = z
 	}
-	end, sum, ok := st.inf.zlibStream(filtered, z, batchBytes, publish)
-	if !ok || !publish(len(filtered)) || adler32.Checksum(filtered) != sum {
+	end, ok := st.inf.zlibStream(filtered, z, batchBytes, publish)
+	if !ok {
 		return false
 	}
 	// image/png reads until io.EOF and rejects further pixel data; it accepts leftover bytes in
