@@ -196,14 +196,21 @@ func TestMediaserveKill9AndRestart(t *testing.T) {
 	small := map[string]string{"model": "ref-t2v", "prompt": "a red ball", "size": "160x96", "num_frames": "5", "num_inference_steps": "1"}
 	done := e.postForm(t, "/v1/videos", small).json(t)["id"].(string)
 	require.Equal(t, "completed", e.waitVideo(t, done)["status"])
-	// About 0.25 s per step: long enough to be killed between steps, before any ffmpeg child
-	// exists (an orphaned encoder could otherwise write a file after the restart's sweep).
+	// About 0.25 s per step: killed between steps, while the clip's encoder (started with the
+	// Task, to take streamed frames) waits for its first frame.
 	long := e.postForm(t, "/v1/videos", map[string]string{"model": "ref-t2v", "prompt": "a long one", "size": "480x272",
 		"num_frames": "81", "num_inference_steps": "50"}).json(t)["id"].(string)
 	e.waitRunning(t, long, 4)
+	require.NotEmpty(t, proctest.WithArg(dir), "the long job's encoder runs")
 	require.NoError(t, first.Process.Signal(syscall.SIGKILL))
 	_ = first.Wait()
 	proctest.AssertGone(t, first.Process.Pid, 3*time.Second)
+	// ffmpeg writes its file only at the end of its input, which the dead server's pipe gives
+	// it: an encoder that outlived its server would write one now, and a slow one after the
+	// restart's sweep. The kernel kills it with the server instead.
+	time.Sleep(300 * time.Millisecond)
+	assert.NotContains(t, dirNames(t, dir), "."+long+".mp4.tmp", "an encoder outlived the killed server and wrote its file")
+	assert.Empty(t, proctest.WithArg(dir), "an encoder outlived the killed server")
 	left := dirNames(t, dir)
 	assert.Contains(t, left, done+".mp4", "the dead process left its artifact behind")
 

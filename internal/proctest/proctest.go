@@ -34,6 +34,23 @@ func AssertGone(t testing.TB, pid int, d time.Duration) bool {
 	return assert.Eventually(t, func() bool { return Gone(pid) }, d, 10*time.Millisecond, "process %d still running", pid)
 }
 
+// WithArg lists the running processes (zombies aside) one of whose arguments contains s: the
+// way to find a child that outlived its parent and was handed to another reaper.
+func WithArg(s string) []int {
+	dirs, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil || Gone(pid) {
+			continue
+		}
+		if b, err := os.ReadFile("/proc/" + d.Name() + "/cmdline"); err == nil && bytes.Contains(b, []byte(s)) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
 // Buffer is a process's output shared between the goroutine that copies it and the test that
 // reads it.
 type Buffer struct {

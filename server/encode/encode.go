@@ -107,6 +107,7 @@ func StartMP4(ctx context.Context, path string, w, h, fps int) (*MP4Encoder, err
 	e.cond = sync.NewCond(&e.mu)
 	e.cmd = exec.CommandContext(ctx, "ffmpeg", MP4Args(w, h, fps, e.tmp)...)
 	e.cmd.Stderr = &e.stderr
+	e.cmd.SysProcAttr = dieWithServer()
 	var err error
 	if e.stdin, err = e.cmd.StdinPipe(); err != nil {
 		return nil, fmt.Errorf("encode: %w", err)
