@@ -78,47 +78,16 @@ func pyEnv() []string { return append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
 // subtest, "not run", after checking the modules really are missing; any other skip fails.
 func UnitTests(t *testing.T, module string) { UnitTestsWith(t, Python(t), module) }
 
-// UnitTestsWith is UnitTests under another python (a virtualenv's). Each TestCase class runs
-// in a process of its own, in parallel with the others (go test's -parallel): the slow ones
-// (a tiny real pipeline, a CPU compile) are single-threaded and would otherwise run in series.
+// UnitTestsWith is UnitTests under another python (a virtualenv's).
 func UnitTestsWith(t *testing.T, python, module string) {
-	for _, class := range testClasses(t, python, module) {
-		t.Run(class, func(t *testing.T) {
-			t.Parallel()
-			out := runUnitTests(t, python, ".", module+"."+class)
-			notRun, problems := judgeSkips(out, importable(python))
-			for _, p := range problems {
-				t.Error(p)
-			}
-			for _, s := range notRun {
-				t.Run(s.Test, func(t *testing.T) { t.Skipf("%s", s.Reason) })
-			}
-		})
+	out := runUnitTests(t, python, ".", module)
+	notRun, problems := judgeSkips(out, importable(python))
+	for _, p := range problems {
+		t.Error(p)
 	}
-}
-
-// testClasses lists the TestCase classes of a unittest module that hold tests, as unittest's
-// loader finds them.
-func testClasses(t *testing.T, python, module string) []string {
-	t.Helper()
-	const list = `import sys, unittest
-def cases(s):
-    for x in s:
-        yield from cases(x) if isinstance(x, unittest.TestSuite) else [x]
-seen = []
-for c in cases(unittest.defaultTestLoader.loadTestsFromName(sys.argv[1])):
-    if type(c).__name__ not in seen:
-        seen.append(type(c).__name__)
-print("\n".join(seen))`
-	cmd := exec.Command(python, "-c", list, module)
-	cmd.Env = pyEnv()
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	require.NoError(t, err, "listing the test classes of %s: %s", module, stderr.String())
-	classes := strings.Fields(string(out))
-	require.NotEmpty(t, classes, "%s has no tests", module)
-	return classes
+	for _, s := range notRun {
+		t.Run(s.Test, func(t *testing.T) { t.Skipf("%s", s.Reason) })
+	}
 }
 
 func runUnitTests(t *testing.T, python, dir, module string) string {
