@@ -94,10 +94,10 @@ gpu-kit:
 gpu-kit-check: gpu-kit
 	@rm -rf .cache/gpu-kit/block
 	python3 scripts/gpu-kit/wheels.py blocker .cache/gpu-kit/whl .cache/gpu-kit/block
-	PYTHONPATH=$(abspath .cache/gpu-kit/block) $(MAKE) qualify
-	@if [ -s .cache/gpu-kit/block/attempts.log ]; then \
+	@status=0; PYTHONPATH=$(abspath .cache/gpu-kit/block) $(MAKE) qualify || status=$$?; \
+	if [ -s .cache/gpu-kit/block/attempts.log ]; then \
 		echo "gpu-kit-check: FAIL: imports of modules the kit leaves out:"; sort -u -k2 .cache/gpu-kit/block/attempts.log; exit 1; \
-	fi; echo "gpu-kit-check: no module the kit leaves out was imported"
+	fi; echo "gpu-kit-check: no module the kit leaves out was imported"; exit $$status
 
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchtime 200x ./server/
