@@ -116,11 +116,15 @@ def lock():
     print(f"wheels.txt: {len(keep)} wheels", file=sys.stderr)
 
 
+def dist_info_file(z, name):
+    """(the .dist-info folder, the text of its file name) of wheel z."""
+    member = next(n for n in z.namelist() if n.count("/") == 1 and n.endswith(".dist-info/" + name))
+    return member.split("/")[0], z.read(member).decode("utf-8")
+
+
 def wheel_metadata(path):
     with zipfile.ZipFile(path) as z:
-        name = next(n for n in z.namelist()
-                    if n.count("/") == 1 and n.endswith(".dist-info/METADATA"))
-        return Parser().parsestr(z.read(name).decode("utf-8"))
+        return Parser().parsestr(dist_info_file(z, "METADATA")[1])
 
 
 def check(whl_dir):
@@ -194,11 +198,13 @@ def record_paths(lines):
 
 def unused_records(names_and_records):
     """{distribution: [paths]} for unused.txt's distributions among (dist-info name, RECORD lines)."""
+    def dist(info):  # "name-version.dist-info"
+        return norm(info.removesuffix(".dist-info").rsplit("-", 1)[0])
     names, out = unused_names(), {}
     for info, lines in names_and_records:
-        if norm(info.removesuffix(".dist-info").rsplit("-", 1)[0]) in names:
+        if dist(info) in names:
             out[info] = record_paths(lines)
-    missing = names - {norm(d.removesuffix(".dist-info").rsplit("-", 1)[0]) for d in out}
+    missing = names - {dist(d) for d in out}
     if missing:
         sys.exit(f"unused.txt names distributions not in the kit: {', '.join(sorted(missing))}")
     return out
@@ -233,8 +239,8 @@ def blocker(whl_dir, out):
         for fn in sorted(os.listdir(whl_dir)):
             if fn.endswith(".whl"):
                 with zipfile.ZipFile(os.path.join(whl_dir, fn)) as z:
-                    rec = next(n for n in z.namelist() if n.count("/") == 1 and n.endswith(".dist-info/RECORD"))
-                    yield rec.split("/")[0], z.read(rec).decode("utf-8").splitlines()
+                    info, record = dist_info_file(z, "RECORD")
+                    yield info, record.splitlines()
     tops = set()
     for paths in unused_records(wheels()).values():
         for p in paths:
