@@ -201,7 +201,8 @@ func TestMediaserveKill9AndRestart(t *testing.T) {
 	long := e.postForm(t, "/v1/videos", map[string]string{"model": "ref-t2v", "prompt": "a long one", "size": "480x272",
 		"num_frames": "81", "num_inference_steps": "50"}).json(t)["id"].(string)
 	e.waitRunning(t, long, 4)
-	require.NotEmpty(t, proctest.WithArg(dir), "the long job's encoder runs")
+	encoderOut := "." + long + ".mp4.tmp" // in ffmpeg's arguments, the file it writes at the end
+	require.NotEmpty(t, proctest.WithArg(encoderOut), "the long job's encoder runs")
 	require.NoError(t, first.Process.Signal(syscall.SIGKILL))
 	_ = first.Wait()
 	proctest.AssertGone(t, first.Process.Pid, 3*time.Second)
@@ -209,8 +210,8 @@ func TestMediaserveKill9AndRestart(t *testing.T) {
 	// it: an encoder that outlived its server would write one now, and a slow one after the
 	// restart's sweep. The kernel kills it with the server instead.
 	time.Sleep(300 * time.Millisecond)
-	assert.NotContains(t, dirNames(t, dir), "."+long+".mp4.tmp", "an encoder outlived the killed server and wrote its file")
-	assert.Empty(t, proctest.WithArg(dir), "an encoder outlived the killed server")
+	assert.NotContains(t, dirNames(t, dir), encoderOut, "an encoder outlived the killed server and wrote its file")
+	assert.Empty(t, proctest.WithArg(encoderOut), "an encoder outlived the killed server")
 	left := dirNames(t, dir)
 	assert.Contains(t, left, done+".mp4", "the dead process left its artifact behind")
 
