@@ -3,7 +3,7 @@ GO      ?= go
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 BIN     := bin
 
-.PHONY: all test qualify build vet deps ffmpeg aiperf torch chromium bench generate list fuzz gpu-kit gpu-kit-check
+.PHONY: all test qualify build vet deps ffmpeg python3-venv aiperf torch venvs chromium bench generate list fuzz gpu-kit gpu-kit-check
 
 all: test
 
@@ -15,17 +15,20 @@ ffmpeg:
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends ffmpeg; \
 	fi
 
-# The published AIPerf, pinned, in a virtualenv under .cache (MEDIAQUAL_AIPERF_VENV overrides).
-aiperf:
+# Debian's python3-venv, which both virtualenvs need (one apt-get, before either starts).
+python3-venv:
 	@python3 -c 'import venv, ensurepip' 2>/dev/null || { echo "installing Debian python3-venv"; \
 		$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv; }
+
+# The published AIPerf, pinned, in a virtualenv under .cache (MEDIAQUAL_AIPERF_VENV overrides).
+aiperf: python3-venv
 	$(GO) run ./internal/aiperfinstall
 
 # torch, diffusers and transformers for the CPU tests of several ranks (gloo) and of every
 # adapter on a tiny real pipeline, in a
 # virtualenv under .cache (MEDIAQUAL_TORCH_VENV overrides; models/pyworker/ranks_test.go).
 TORCH_VENV ?= $(or $(MEDIAQUAL_TORCH_VENV),.cache/torch-2.11.0)
-torch:
+torch: python3-venv
 	@if ! $(TORCH_VENV)/bin/python -c 'import torch, torchvision, diffusers, transformers, accelerate, numpy' 2>/dev/null; then \
 		echo "installing scripts/torch-cpu.txt into $(TORCH_VENV)"; \
 		python3 -m venv $(TORCH_VENV) && $(TORCH_VENV)/bin/pip install -q --disable-pip-version-check -r scripts/torch-cpu.txt; \
@@ -42,6 +45,11 @@ chromium:
 deps: ffmpeg aiperf
 	$(GO) mod download
 
+# Both virtualenvs at once: each took about 2 minutes alone and about 2 together on the 2-core
+# development machine (pip unpacks one wheel at a time), 4 one after the other.
+venvs: python3-venv
+	@$(MAKE) --no-print-directory -j2 --output-sync=line aiperf torch
+
 build:
 	$(GO) build -o $(BIN)/mediaserve ./cmd/mediaserve
 
@@ -49,7 +57,8 @@ vet:
 	$(GO) vet ./...
 	$(GO) vet -tags gpu ./...
 
-test: deps torch chromium vet
+test: ffmpeg chromium venvs vet
+	$(GO) mod download
 	$(GO) test -count=1 -timeout 25m ./...
 	$(MAKE) fuzz
 

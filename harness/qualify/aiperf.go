@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -204,24 +205,28 @@ func (c *Case) showProgress(s *Served, logf func(string, ...any), every time.Dur
 }
 
 // followUnfinished joins the run with the server's account of it; a job the server accepted
-// but has not ended is followed to its end (bounded) before the final join, so nothing is
-// dropped.
+// but has not ended is followed to its end before the final join, so nothing is dropped. The
+// unfinished jobs are followed together, bounded by one request timeout from now: a run whose
+// every job hung waits that long once, not once a job.
 func (c *Case) followUnfinished(s *Served, x aiperf.Exports) ([]aiperf.Request, []ledger.Entry, error) {
 	entries, err := c.account(s, x)
 	if err != nil {
 		return nil, nil, err
 	}
 	reqs := aiperf.Join(x, entries)
-	followed := false
+	if c.Entry.Workload != spec.TextToVideo {
+		return reqs, entries, nil
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, c.Config.RequestTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
 	for _, r := range reqs {
-		if r.Outcome == aiperf.Unfinished && c.Entry.Workload == spec.TextToVideo {
-			ctx, cancel := context.WithTimeout(c.ctx, c.Config.RequestTimeout)
-			_, _, _ = s.API.WaitVideo(ctx, r.JobID) // its end, if any, reaches the account
-			cancel()
-			followed = true
+		if r.Outcome == aiperf.Unfinished {
+			wg.Go(func() { _, _, _ = s.API.WaitVideo(ctx, r.JobID) }) // its end, if any, reaches the account
 		}
 	}
-	if !followed {
+	wg.Wait()
+	if !slices.ContainsFunc(reqs, func(r aiperf.Request) bool { return r.Outcome == aiperf.Unfinished }) {
 		return reqs, entries, nil
 	}
 	if entries, err = c.account(s, x); err != nil {
