@@ -9,13 +9,19 @@ bytes) and/or +graphs (pyworker/graphs.py: the transformer's forward as a CUDA g
 backend: torch's scaled-dot-product attention held to that kernel family, where by default torch
 picks flash, then memory-efficient, math, cuDNN, the first that takes the call) and/or +fuse
 (diffusers' fuse_qkv_projections: self-attention's q, k, v and cross-attention's k, v each one
-matmul). Loads the bundle as the adapter does, warms up at the pinned shape, then runs N jobs of
-the row's pinned settings (832x480x17, 30 steps, guidance 5, seed 42, the first fixture prompt),
-printing one JSON line a job: its denoise per step, Task wall, phases and raw-frame digest.
+matmul) and/or +profile (after the jobs, one denoising step's two transformer calls, those of
+the last job's first step, run again under torch.profiler: the GPU's kernel time by kind, GEMM,
+attention, Triton (inductor's fused kernels) and the rest, in ms a step, with the GEMM and
+attention TFLOP/s by the count of models/wan/flops.go, and the longest kernels). Loads the bundle
+as the adapter does, warms up at the pinned shape, then runs N jobs of the row's pinned settings
+(832x480x17, 30 steps, guidance 5, seed 42, the first fixture prompt), printing one JSON line a
+job: its denoise per step, Task wall, phases and raw-frame digest.
 """
+import collections
 import hashlib
 import json
 import os
+import re
 import sys
 import time
 
@@ -31,7 +37,7 @@ def main():
     bundle, variant = sys.argv[1], sys.argv[2]
     n = int(sys.argv[3]) if len(sys.argv) > 3 else 3
     engine, *extras = variant.split("+")
-    unknown = set(extras) - {"cfg-batch", "autotune", "graphs", "cudnn", "flash", "fuse"}
+    unknown = set(extras) - {"cfg-batch", "autotune", "graphs", "cudnn", "flash", "fuse", "profile"}
     if engine not in pw.ENGINES or unknown:
         sys.exit("unknown variant %r" % variant)
     base = adapter.DiffusersBackend.apply_engine
@@ -61,8 +67,11 @@ def main():
     t0 = time.perf_counter()
     b = adapter.DiffusersBackend(adapter.Config(bundle, 3.0, "cuda:0", 2, engine, PINNED["size"], PINNED["num_frames"]))
     ready_s = time.perf_counter() - t0
+    step = StepCalls(b.pipe.transformer, b.torch) if "profile" in extras else None
     for i in range(n):
         kwargs = adapter.pipeline_kwargs(dict(PINNED, prompt=prompt), b.generator, b.frame_step, b.size_multiple)
+        if step:
+            step.calls.clear()
         b.marks.clear()
         t0 = time.perf_counter()
         frames = b.call(kwargs)
@@ -76,6 +85,58 @@ def main():
             "frames_sha256": hashlib.sha256(memoryview(frames)).hexdigest()[:16],
             "graphs": b.cuda_graphs.report() if b.cuda_graphs else None,
         }), flush=True)
+    if step:
+        print(json.dumps(dict(variant=variant, **step.profile(b.pipe.transformer.config, PINNED))), flush=True)
+
+
+class StepCalls:
+    """Keeps the keyword arguments of a job's first two transformer calls (its first step's cond
+    and uncond), to profile them again after the job."""
+
+    KINDS = (("gemm", r"gemm|nvjet|cutlass|xmma|cublas"), ("attention", r"fmha|flash|sdpa|attention|attn"),
+             ("triton", r"^triton"))
+
+    def __init__(self, transformer, torch):
+        self.torch, self.calls = torch, []
+        self.forward = forward = transformer.forward
+
+        def keep(*args, **kwargs):
+            if len(self.calls) < 2 and not args:
+                self.calls.append({k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()})
+            return forward(*args, **kwargs)
+
+        transformer.forward = keep
+
+    def profile(self, config, pinned):
+        torch = self.torch
+        from torch.profiler import ProfilerActivity, profile
+
+        if len(self.calls) != 2:
+            raise RuntimeError("profile: a step made %d transformer calls, not 2" % len(self.calls))
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for kw in self.calls:
+                self.forward(**kw)
+            torch.cuda.synchronize()
+        ms, top = collections.Counter(), collections.Counter()
+        for e in prof.events():
+            if e.device_type != torch.autograd.DeviceType.CUDA or e.device_time_total <= 0:
+                continue
+            kind = next((k for k, rx in self.KINDS if re.search(rx, e.name, re.I)), "other")
+            ms[kind] += e.device_time_total / 1000.0
+            top[e.name[:90]] += e.device_time_total / 1000.0
+        # The FLOPs of one step (two passes), as models/wan/flops.go counts them.
+        w, h = (int(x) for x in pinned["size"].split("x"))
+        p = config.patch_size
+        n = ((pinned["num_frames"] - 1) // 4 + 1) // p[0] * (h // 8 // p[1]) * (w // 8 // p[2])
+        d, f, t, blocks = config.num_attention_heads * config.attention_head_dim, config.ffn_dim, 512, config.num_layers
+        gemm = 2 * blocks * (8 * n * d * d + 4 * n * d * d + 4 * t * d * d + 4 * n * d * f)
+        attn = 2 * blocks * (4 * n * n * d + 4 * n * t * d)
+        return {"profile_ms_per_step": {k: round(v, 1) for k, v in ms.most_common()},
+                "kernel_ms_per_step": round(sum(ms.values()), 1), "tokens": n,
+                "gemm_tflops": round(gemm / ms["gemm"] / 1e9, 1) if ms["gemm"] else None,
+                "attention_tflops": round(attn / ms["attention"] / 1e9, 1) if ms["attention"] else None,
+                "top": [(k, round(v, 2)) for k, v in top.most_common(12)]}
 
 
 if __name__ == "__main__":
