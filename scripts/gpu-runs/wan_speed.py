@@ -114,7 +114,7 @@ class StepCalls:
         if len(self.calls) != 2:
             raise RuntimeError("profile: a step made %d transformer calls, not 2" % len(self.calls))
         torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        with torch.inference_mode(), profile(activities=[ProfilerActivity.CUDA]) as prof:
             for kw in self.calls:
                 self.forward(**kw)
             torch.cuda.synchronize()
