@@ -114,8 +114,12 @@ class EngineTest(unittest.TestCase):
         b, pipe = pw.TorchBackend(), CompilablePipe()
         b.apply_engine(pipe, "eager")
         self.assertIsNone(pipe.transformer.compiled)
-        with self.assertRaisesRegex(RuntimeError, "engine 'max' is not one of eager, regional-compile, regional-compile-graphs"):
+        with self.assertRaisesRegex(RuntimeError, "engine 'max' is not one of eager, regional-compile, regional-compile-graphs, "
+                                                  "regional-compile-fused-graphs"):
             b.apply_engine(pipe, "max")
+        with self.assertRaisesRegex(RuntimeError, "this family has no fused kernels"):
+            b.apply_engine(pipe, "regional-compile-fused-graphs")
+        self.assertIsNone(pipe.transformer.compiled, "nothing compiled for an engine the family lacks")
 
     @testing.needs("torch")
     def test_regional_compile_is_deterministic_inductor(self):

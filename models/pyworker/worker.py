@@ -421,7 +421,7 @@ def require_bundle(bundle):
         )
 
 
-ENGINES = ("eager", "regional-compile", "regional-compile-graphs")
+ENGINES = ("eager", "regional-compile", "regional-compile-graphs", "regional-compile-fused-graphs")
 
 
 class TorchBackend:
@@ -439,9 +439,13 @@ class TorchBackend:
         regional-compile-graphs: that, with the transformer's forward replayed as a CUDA graph
         (graphs.py), recorded by the same warm-up: the same kernels, so the same bytes as
         regional-compile, launched once a call instead of block by block from Python. Call it
-        after apply_layout: the graph records the transformer itself, inside any layout."""
+        after apply_layout: the graph records the transformer itself, inside any layout.
+        regional-compile-fused-graphs: the family's own fused kernels (fuse_kernels) in the block
+        first, then compiled and graphed as above; other bytes, which repeat."""
         if engine not in ENGINES:
             raise RuntimeError("engine %r is not one of %s" % (engine, ", ".join(ENGINES)))
+        if "-fused" in engine:
+            self.fuse_kernels(pipe)
         if engine.startswith("regional-compile"):
             # Inductor picks some kernel configs by timing them, so two processes (the native
             # path and the server) can pick differently and differ in the last bits (seen on the
@@ -455,6 +459,10 @@ class TorchBackend:
         if engine.endswith("-graphs"):
             self.graph_transformer(pipe)
         self.engine = engine
+
+    def fuse_kernels(self, pipe):
+        """A family with kernels of its own for the transformer's block puts them in here."""
+        raise RuntimeError("engine regional-compile-fused-graphs: this family has no fused kernels")
 
     def graph_transformer(self, pipe):
         """Replays pipe.transformer's forward as CUDA graphs (graphs.py), innermost: under a

@@ -185,6 +185,12 @@ class DiffusersBackend(pw.TorchBackend):
         if steps > 0:
             self.warmup(steps)
 
+    def fuse_kernels(self, pipe):
+        """The fused engine's kernel: self-attention's q/k norm and RoPE in one pass (fused.py)."""
+        from wan import fused
+
+        log("fused q/k norm and RoPE in %d attention modules' self-attention" % fused.apply(pipe.transformer))
+
     def stream_decode(self, vae):
         """Streams the clip while the VAE decodes it: AutoencoderKLWan._decode calls its decoder
         once a latent frame (1 frame, then 4 each), and each chunk goes to the job's frame

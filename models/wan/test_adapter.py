@@ -353,6 +353,82 @@ class BuildL0Test(unittest.TestCase):
         self.assertIn("never", text.lower())
 
 
+# Run with TRITON_INTERPRET=1 (Triton's kernels on CPU tensors), in a process of its own: the
+# interpreter is chosen when the kernel is defined.
+FUSED_SCRIPT = r"""
+import json, sys, torch
+sys.path.insert(0, sys.argv[1])
+from wan import fused
+from diffusers import WanTransformer3DModel
+from diffusers.models.transformers.transformer_wan import WanAttnProcessor, WanRotaryPosEmbed
+
+def compiled_formula(x, w, cos, sin, eps, heads):
+    # torch's rms_norm decomposition (what inductor compiles), then WanAttnProcessor's RoPE
+    xf = x.float()
+    y = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.float()).bfloat16().unflatten(2, (heads, -1))
+    x1, x2 = y.float().unflatten(-1, (-1, 2)).unbind(-1)  # inductor computes the products in fp32
+    c, s = cos[..., 0::2].float(), sin[..., 1::2].float()
+    out = torch.empty_like(y)
+    out[..., 0::2] = x1 * c - x2 * s
+    out[..., 1::2] = x1 * s + x2 * c
+    return out.flatten(2)
+
+res = {"kernel": []}
+torch.manual_seed(0)
+for batch, frames, heads, head_dim, dtype in ((1, 2, 2, 32, torch.float32), (2, 1, 3, 32, torch.float32),
+                                              (1, 2, 2, 32, torch.bfloat16)):
+    rope = WanRotaryPosEmbed(head_dim, (1, 2, 2), 1024).to(dtype)
+    cos, sin = rope(torch.empty(1, 4, frames, 8, 12))
+    x = (3 * torch.randn(batch, cos.shape[1], heads * head_dim)).bfloat16()
+    w = (1 + 0.1 * torch.randn(heads * head_dim)).bfloat16()
+    got = fused.norm_rope(x, w, cos, sin, 1e-6, head_dim)
+    want = compiled_formula(x, w, cos, sin, 1e-6, heads)
+    res["kernel"].append([list(x.shape) + [str(dtype)], int((got != want).sum()), got.numel()])
+try:
+    fused.check(x.half(), w, cos, sin[:, :3], head_dim)
+except RuntimeError as e:
+    res["check"] = str(e)
+model = WanTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=32, in_channels=4,
+                              out_channels=4, text_dim=16, freq_dim=32, ffn_dim=64, num_layers=2).bfloat16().eval()
+args = dict(hidden_states=torch.randn(1, 4, 2, 8, 12).bfloat16(), timestep=torch.tensor([500]),
+            encoder_hidden_states=torch.randn(1, 512, 16).bfloat16(), return_dict=False)
+with torch.no_grad():
+    plain = model(**args)[0].float()
+    res["modules"] = fused.apply(model)
+    res["processors"] = sorted({type(p).__name__ for p in model.attn_processors.values()})
+    got = model(**args)[0].float()
+res["rel_diff"] = float((got - plain).norm() / plain.norm())
+print(json.dumps(res))
+"""
+
+
+@testing.needs("torch", "diffusers", "triton")
+class FusedKernelTest(unittest.TestCase):
+    """fused.py's q/k norm and RoPE kernel, run by Triton's interpreter on CPU tensors: its
+    bytes are the compiled processor's formula's (both roundings included, rows of a
+    non-power-of-two pair count, a batch of two), its arguments are checked by name, and a
+    tiny WanTransformer3DModel with its processor gives the plain processors' output to bf16
+    rounding. Its speed and its bytes on the GPU: scripts/gpu-runs/wan-speed.sh."""
+
+    def test_kernel_and_processor(self):
+        import subprocess
+
+        env = dict(os.environ, TRITON_INTERPRET="1")
+        models = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        r = subprocess.run([sys.executable, "-c", FUSED_SCRIPT, models], env=env, capture_output=True,
+                           text=True, timeout=600)
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        res = json.loads(r.stdout.strip().splitlines()[-1])
+        for shape, differ, n in res["kernel"]:
+            self.assertEqual(differ, 0, "%d of %d values differ from the compiled formula's at %s" % (differ, n, shape))
+        self.assertIn("x (1, 48, 64) torch.float16 contiguous=True (want 3-d contiguous bf16)", res["check"])
+        self.assertIn("rotary sin (1, 3, 1, 32) torch.bfloat16 (want contiguous fp32 or bf16 (1, 48, 1, 32))", res["check"])
+        self.assertEqual(res["modules"], 4, "self- and cross-attention of two blocks")
+        self.assertEqual(res["processors"], ["FusedSelfAttention"])
+        self.assertGreater(res["rel_diff"], 0.0, "the processor is in use")
+        self.assertLess(res["rel_diff"], 0.02, "the same attention to bf16 rounding")
+
+
 @testing.needs("torch", "diffusers", "transformers", "accelerate", "numpy")
 class TinyPipelineTest(testing.RealWorkerTestCase):
     """The real path end to end, on CPU: build_l0.py --tiny writes a bundle, adapter.py (a
