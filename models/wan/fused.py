@@ -37,15 +37,16 @@ def _bf16(v):
 
 
 @triton.jit
-def _norm_rope(x_ptr, w_ptr, cos_ptr, sin_ptr, out_ptr, tokens, eps,
-               DIM: tl.constexpr, HEAD_DIM: tl.constexpr, PAIRS: tl.constexpr):
+def _norm_rope(x_ptr, w_ptr, cos_ptr, sin_ptr, out_ptr, tokens,
+               EPS: tl.constexpr, DIM: tl.constexpr, HEAD_DIM: tl.constexpr, PAIRS: tl.constexpr):
     row = tl.program_id(0)  # batch * tokens + token
     p = tl.arange(0, PAIRS)  # pair index in the row; PAIRS is DIM // 2 rounded up to a power of 2
     live = p < DIM // 2
     base = row.to(tl.int64) * DIM
     x1 = tl.load(x_ptr + base + 2 * p, mask=live, other=0.0).to(tl.float32)
     x2 = tl.load(x_ptr + base + 2 * p + 1, mask=live, other=0.0).to(tl.float32)
-    rstd = tl.math.rsqrt((tl.sum(x1 * x1, axis=0) + tl.sum(x2 * x2, axis=0)) / DIM + eps)
+    # EPS a constant: a float argument reached the compiled kernel as fp64, which made the sum fp64
+    rstd = tl.math.rsqrt((tl.sum(x1 * x1, axis=0) + tl.sum(x2 * x2, axis=0)) / DIM + EPS)
     w1 = tl.load(w_ptr + 2 * p, mask=live, other=0.0).to(tl.float32)
     w2 = tl.load(w_ptr + 2 * p + 1, mask=live, other=0.0).to(tl.float32)
     y1 = _bf16(x1 * rstd * w1)
@@ -68,7 +69,7 @@ def norm_rope(x: torch.Tensor, weight: torch.Tensor, cos: torch.Tensor, sin: tor
     # The interpreter's kernels are not jit functions, which wrap_triton (for torch.compile) wants.
     launch = _norm_rope if INTERPRETED else torch.library.wrap_triton(_norm_rope)
     launch[(batch * tokens,)](
-        x, weight, cos, sin, out, tokens, eps, DIM=dim, HEAD_DIM=head_dim, PAIRS=triton.next_power_of_2(dim // 2))
+        x, weight, cos, sin, out, tokens, EPS=eps, DIM=dim, HEAD_DIM=head_dim, PAIRS=triton.next_power_of_2(dim // 2))
     return out
 
 
