@@ -186,10 +186,13 @@ class DiffusersBackend(pw.TorchBackend):
             self.warmup(steps)
 
     def fuse_kernels(self, pipe):
-        """The fused engine's kernel: self-attention's q/k norm and RoPE in one pass (fused.py)."""
+        """The fused engine's kernels (fused.py): self-attention's q/k norm and RoPE in one pass, the
+        feed-forward's GELU in its matmul."""
         from wan import fused
 
-        log("fused q/k norm and RoPE in %d attention modules' self-attention" % fused.apply(pipe.transformer))
+        rel = fused.verify_gelu(self.device)
+        log("fused: q/k norm and RoPE in %d attention modules' self-attention, GELU in %d feed-forward matmuls "
+            "(the tanh GELU on %s: relative difference %.1g)" % (fused.apply(pipe.transformer) + (self.device, rel)))
 
     def stream_decode(self, vae):
         """Streams the clip while the VAE decodes it: AutoencoderKLWan._decode calls its decoder

@@ -1,4 +1,5 @@
-"""Wan's self-attention q/k RMS norm and RoPE as one Triton kernel (the "fused" engines).
+"""Wan's self-attention q/k RMS norm and RoPE as one Triton kernel, and the feed-forward's
+tanh GELU in its first matmul's epilogue (the "fused" engine).
 
 diffusers 0.42.1's WanAttnProcessor normalises q and k across all heads (RMSNorm over heads x
 head_dim, rounded to bf16), then rotates each interleaved pair (x1, x2) of every head by the
@@ -12,7 +13,12 @@ bf16(y1 sin + y2 cos) in fp32 with cos and sin taken as the processor takes them
 processor's in the last bits, and repeat: one program a row, one fixed reduction.
 
 FusedSelfAttention is the processor with that kernel in its self-attention; cross-attention and
-anything else go to diffusers' own code. Triton runs CPU tensors under TRITON_INTERPRET=1, which
+anything else go to diffusers' own code.
+
+The feed-forward's first layer (diffusers' GELU module: a Linear, then the tanh GELU) wrote its
+matmul's bf16 output and read it back for the GELU, a pointwise kernel of 5.1 ms a step
+(wan_speed.py +profile). linear_gelu is torch's _addmm_activation, which on CUDA applies the tanh
+GELU in cuBLASLt's epilogue to the fp32 accumulator: one rounding instead of two, so other bytes. Triton runs CPU tensors under TRITON_INTERPRET=1, which
 the CPU tests use.
 """
 
@@ -88,6 +94,45 @@ def check(x, weight, cos, sin, head_dim):
         raise RuntimeError("fused q/k norm and RoPE cannot take " + "; ".join(problems))
 
 
+@torch.library.custom_op("mediaqual::linear_gelu_tanh", mutates_args=())
+def linear_gelu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """gelu(x @ weight.T + bias, approximate="tanh"), the GELU in the matmul's epilogue on CUDA.
+    An opaque op, so that the compiler keeps the matmul and its epilogue together. On a CPU
+    torch's _addmm_activation applies the erf GELU instead, so there it is the plain formula."""
+    if not x.is_cuda:
+        return torch.nn.functional.gelu(torch.nn.functional.linear(x, weight, bias), approximate="tanh")
+    out = torch._addmm_activation(bias, x.reshape(-1, x.shape[-1]), weight.t(), use_gelu=True)
+    return out.view(*x.shape[:-1], weight.shape[0])
+
+
+def verify_gelu(device):
+    """linear_gelu on the device against the tanh and erf GELUs of the plain matmul, in fp32
+    (where the two GELUs differ by about 2e-4 relative, far above the matmul's own error);
+    raises unless it is the tanh one. Returns the relative difference."""
+    g = torch.Generator(device=device).manual_seed(0)
+    x = torch.randn(64, 256, device=device, generator=g)
+    w = torch.randn(512, 256, device=device, generator=g) / 16
+    b = torch.randn(512, device=device, generator=g)
+    plain = torch.nn.functional.linear(x, w, b)
+    got = linear_gelu(x, w, b)
+    rel = {a: float((got - torch.nn.functional.gelu(plain, approximate=a)).norm() / got.norm()) for a in ("tanh", "none")}
+    if not rel["tanh"] < rel["none"] / 10:
+        raise RuntimeError("fused engine: linear_gelu on %s is not the tanh GELU (relative difference %.2g to tanh, "
+                           "%.2g to erf)" % (device, rel["tanh"], rel["none"]))
+    return rel["tanh"]
+
+
+@linear_gelu.register_fake
+def _(x, weight, bias):
+    return x.new_empty(*x.shape[:-1], weight.shape[0])
+
+
+def _gelu_forward(module):
+    def forward(hidden_states):
+        return linear_gelu(hidden_states, module.proj.weight, module.proj.bias)
+    return forward
+
+
 class FusedSelfAttention(WanAttnProcessor):
     """WanAttnProcessor with norm_q/norm_k and RoPE of self-attention as norm_rope."""
 
@@ -109,9 +154,19 @@ class FusedSelfAttention(WanAttnProcessor):
 
 
 def apply(transformer):
-    """Every attention module of the transformer gets FusedSelfAttention; returns how many."""
+    """Every attention module of the transformer gets FusedSelfAttention, every feed-forward's
+    tanh GELU layer linear_gelu; returns how many of each."""
+    from diffusers.models.activations import GELU
     from diffusers.models.transformers.transformer_wan import WanAttention
 
+    gelus = 0
+    for m in transformer.modules():
+        if isinstance(m, GELU):
+            if m.approximate != "tanh" or m.proj.bias is None:
+                raise RuntimeError("fused engine: a GELU layer with approximate=%r, bias %s: linear_gelu is the "
+                                   "biased tanh GELU" % (m.approximate, m.proj.bias is not None))
+            m.forward = _gelu_forward(m)
+            gelus += 1
     n = 0
     for m in transformer.modules():
         if isinstance(m, WanAttention):
@@ -120,4 +175,4 @@ def apply(transformer):
                     type(m).__name__, type(m.norm_q).__name__))
             m.set_processor(FusedSelfAttention())
             n += 1
-    return n
+    return n, gelus
