@@ -1,0 +1,3 @@
+# Reproduce: on a machine with Go, `make gpu-kit` (the kit in .gpu/), carry the repository and
+# .gpu/ to an H200, then from the repository root (the row's engine, regional-compile-fused-graphs):
+LIMIT=260 MEDIAQUAL_CONCURRENCY=2 bash scripts/gpu-runs/qualify.sh Wan2.1 wan
