@@ -9,8 +9,10 @@ reached about 590 GB/s on the H200 at Wan2.1's pinned shape (scripts/gpu-runs/ro
 so the row is read once and written once. The arithmetic and its roundings are the
 processor's: y = bf16(x * rsqrt(mean(x^2) + eps) * w) in fp32, then bf16(y1 cos - y2 sin) and
 bf16(y1 sin + y2 cos) in fp32 with cos and sin taken as the processor takes them
-(cos[..., 0::2], sin[..., 1::2]). Only the order of the mean's sum differs, so bytes differ from the compiled
-processor's in the last bits, and repeat: one program a row, one fixed reduction.
+(cos[..., 0::2], sin[..., 1::2]). The order of the mean's sum (and where the compiler fuses a
+multiply into an add) may differ, so bytes differ from the compiled processor's in the last
+bits, and repeat: one program a row, one fixed reduction. Triton runs CPU tensors under
+TRITON_INTERPRET=1, which the CPU tests use.
 
 FusedSelfAttention is the processor with that kernel in its self-attention; cross-attention and
 anything else go to diffusers' own code.
@@ -18,8 +20,8 @@ anything else go to diffusers' own code.
 The feed-forward's first layer (diffusers' GELU module: a Linear, then the tanh GELU) wrote its
 matmul's bf16 output and read it back for the GELU, a pointwise kernel of 5.1 ms a step
 (wan_speed.py +profile). linear_gelu is torch's _addmm_activation, which on CUDA applies the tanh
-GELU in cuBLASLt's epilogue to the fp32 accumulator: one rounding instead of two, so other bytes. Triton runs CPU tensors under TRITON_INTERPRET=1, which
-the CPU tests use.
+GELU in cuBLASLt's epilogue to the fp32 accumulator: one rounding instead of two, so other
+bytes.
 """
 
 import os
