@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Wan2.1's denoise speed under one runtime variant, in a process of its own (a fresh compile):
     python3 scripts/gpu-runs/wan_speed.py BUNDLE VARIANT [N]
-VARIANT is eager or regional-compile, optionally followed by +cfg-batch (parallel.CFGBatch: a
+VARIANT is an engine (pyworker.worker.ENGINES), optionally followed by +cfg-batch (parallel.CFGBatch: a
 step's two guidance branches as one batch of two) and/or +autotune (regional-compile with
 inductor's timed kernel choices, which the adapter turns off so that two processes get the same
 bytes) and/or +graphs (pyworker/graphs.py: the transformer's forward as a CUDA graph) and/or
