@@ -19,13 +19,21 @@ var (
 // 4Ndf, for N video tokens and T text tokens; two passes when guidance > 1 (CFG). Norms,
 // modulation, embeddings and the VAE are left out (under 1 %).
 func (m transformer) denoiseFLOPs(s spec.Settings) float64 {
+	gemm, attention := m.denoiseFLOPsByKind(s)
+	return gemm + attention
+}
+
+// denoiseFLOPsByKind splits that count as a profile of the step splits its kernels: the
+// matmuls (projections and feed-forward: 12Nd² + 4Td² + 4Ndf a block) and the attention kernels
+// (scores and values: 4N²d + 4NTd).
+func (m transformer) denoiseFLOPsByKind(s spec.Settings) (gemm, attention float64) {
 	latentFrames := (s.NumFrames-1)/4 + 1
 	n := float64(latentFrames * (s.Size.H / (2 * m.vaeSpatial)) * (s.Size.W / (2 * m.vaeSpatial)))
 	t, d, f := float64(m.textTokens), float64(m.dim), float64(m.ffn)
-	block := 8*n*d*d + 4*n*n*d + 4*n*d*d + 4*t*d*d + 4*n*t*d + 4*n*d*f
 	passes := 1.0
 	if s.Guidance > 1 {
 		passes = 2
 	}
-	return passes * float64(m.layers) * block
+	blocks := passes * float64(m.layers)
+	return blocks * (12*n*d*d + 4*t*d*d + 4*n*d*f), blocks * (4*n*n*d + 4*n*t*d)
 }

@@ -15,4 +15,8 @@ func TestDenoiseFLOPsAtPinnedSettings(t *testing.T) {
 	one := wan21
 	one.Guidance = 1
 	assert.InDelta(t, wan21Transformer.denoiseFLOPs(wan21)/2, wan21Transformer.denoiseFLOPs(one), 1, "no CFG, one pass")
+	// The split by kind that docs/PERFORMANCE.md divides a profile's kernel times by.
+	gemm, attention := wan21Transformer.denoiseFLOPsByKind(wan21)
+	assert.InDelta(t, 39.30e12, gemm, 0.01e12)
+	assert.InDelta(t, 23.90e12, attention, 0.01e12)
 }

@@ -11,8 +11,8 @@ picks flash, then memory-efficient, math, cuDNN, the first that takes the call) 
 (diffusers' fuse_qkv_projections: self-attention's q, k, v and cross-attention's k, v each one
 matmul) and/or +profile (after the jobs, one denoising step's two transformer calls, those of
 the last job's first step, run again under torch.profiler: the GPU's kernel time by kind, GEMM,
-attention, Triton (inductor's fused kernels) and the rest, in ms a step, with the GEMM and
-attention TFLOP/s by the count of models/wan/flops.go, and the longest kernels). Loads the bundle
+attention, Triton (inductor's fused kernels) and the rest, in ms a step, and the longest kernels;
+docs/PERFORMANCE.md divides the GEMM and attention times by models/wan/flops.go's count). Loads the bundle
 as the adapter does, warms up at the pinned shape, then runs N jobs of the row's pinned settings
 (832x480x17, 30 steps, guidance 5, seed 42, the first fixture prompt), printing one JSON line a
 job: its denoise per step, Task wall, phases and raw-frame digest.
@@ -86,7 +86,7 @@ def main():
             "graphs": b.cuda_graphs.report() if b.cuda_graphs else None,
         }), flush=True)
     if step:
-        print(json.dumps(dict(variant=variant, **step.profile(b.pipe.transformer.config, PINNED))), flush=True)
+        print(json.dumps(dict(variant=variant, **step.profile())), flush=True)
 
 
 class StepCalls:
@@ -107,7 +107,7 @@ class StepCalls:
 
         transformer.forward = keep
 
-    def profile(self, config, pinned):
+    def profile(self):
         torch = self.torch
         from torch.profiler import ProfilerActivity, profile
 
@@ -125,17 +125,8 @@ class StepCalls:
             kind = next((k for k, rx in self.KINDS if re.search(rx, e.name, re.I)), "other")
             ms[kind] += e.device_time_total / 1000.0
             top[e.name[:90]] += e.device_time_total / 1000.0
-        # The FLOPs of one step (two passes), as models/wan/flops.go counts them.
-        w, h = (int(x) for x in pinned["size"].split("x"))
-        p = config.patch_size
-        n = ((pinned["num_frames"] - 1) // 4 + 1) // p[0] * (h // 8 // p[1]) * (w // 8 // p[2])
-        d, f, t, blocks = config.num_attention_heads * config.attention_head_dim, config.ffn_dim, 512, config.num_layers
-        gemm = 2 * blocks * (8 * n * d * d + 4 * n * d * d + 4 * t * d * d + 4 * n * d * f)
-        attn = 2 * blocks * (4 * n * n * d + 4 * n * t * d)
         return {"profile_ms_per_step": {k: round(v, 1) for k, v in ms.most_common()},
-                "kernel_ms_per_step": round(sum(ms.values()), 1), "tokens": n,
-                "gemm_tflops": round(gemm / ms["gemm"] / 1e9, 1) if ms["gemm"] else None,
-                "attention_tflops": round(attn / ms["attention"] / 1e9, 1) if ms["attention"] else None,
+                "kernel_ms_per_step": round(sum(ms.values()), 1),
                 "top": [(k, round(v, 2)) for k, v in top.most_common(12)]}
 
 
