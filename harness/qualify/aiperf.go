@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -220,13 +219,15 @@ func (c *Case) followUnfinished(s *Served, x aiperf.Exports) ([]aiperf.Request, 
 	ctx, cancel := context.WithTimeout(c.ctx, c.Config.RequestTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
+	followed := false
 	for _, r := range reqs {
 		if r.Outcome == aiperf.Unfinished {
 			wg.Go(func() { _, _, _ = s.API.WaitVideo(ctx, r.JobID) }) // its end, if any, reaches the account
+			followed = true
 		}
 	}
 	wg.Wait()
-	if !slices.ContainsFunc(reqs, func(r aiperf.Request) bool { return r.Outcome == aiperf.Unfinished }) {
+	if !followed {
 		return reqs, entries, nil
 	}
 	if entries, err = c.account(s, x); err != nil {

@@ -191,8 +191,9 @@ class DiffusersBackend(pw.TorchBackend):
         from wan import fused
 
         rel = fused.verify_gelu(self.device)
+        attentions, gelus = fused.apply(pipe.transformer)
         log("fused: q/k norm and RoPE in %d attention modules' self-attention, GELU in %d feed-forward matmuls "
-            "(the tanh GELU on %s: relative difference %.1g)" % (fused.apply(pipe.transformer) + (self.device, rel)))
+            "(the tanh GELU on %s: relative difference %.1g)" % (attentions, gelus, self.device, rel))
 
     def stream_decode(self, vae):
         """Streams the clip while the VAE decodes it: AutoencoderKLWan._decode calls its decoder
