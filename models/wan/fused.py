@@ -19,7 +19,7 @@ anything else go to diffusers' own code.
 
 The feed-forward's first layer (diffusers' GELU module: a Linear, then the tanh GELU) wrote its
 matmul's bf16 output and read it back for the GELU, a pointwise kernel of 5.1 ms a step
-(wan_speed.py +profile). linear_gelu is torch's _addmm_activation, which on CUDA applies the tanh
+(scripts/gpu-runs/speed.py wan ... +profile). linear_gelu is torch's _addmm_activation, which on CUDA applies the tanh
 GELU in cuBLASLt's epilogue to the fp32 accumulator: one rounding instead of two, so other
 bytes.
 """

@@ -413,7 +413,7 @@ class FusedKernelTest(unittest.TestCase):
     bytes are the compiled processor's formula's (both roundings included, rows of a
     non-power-of-two pair count, a batch of two), its arguments are checked by name; its
     linear_gelu is the tanh GELU of the matmul; and a tiny WanTransformer3DModel with both gives
-    the plain model's output to bf16 rounding. Its speed and its bytes on the GPU: scripts/gpu-runs/wan-speed.sh."""
+    the plain model's output to bf16 rounding. Its speed and its bytes on the GPU: scripts/gpu-runs/speed.sh wan."""
 
     def test_kernel_and_processor(self):
         import subprocess

@@ -5,7 +5,7 @@ compiled as the adapter compiles (inductor, deterministic mode) and in other for
     python3 scripts/gpu-runs/rope_probe.py
 Prints a JSON line a form: its GPU time a call (CUDA events, median of 5 runs of 100 calls), and
 whether its q and k equal the diffusers form's bit for bit. The profile of a denoising step
-(wan_speed.py +profile) put this fused kernel at about 10 ms of the step's 118 ms of kernels.
+(scripts/gpu-runs/speed.py wan ... +profile) put this fused kernel at about 10 ms of the step's 118 ms of kernels.
 """
 import json
 import statistics

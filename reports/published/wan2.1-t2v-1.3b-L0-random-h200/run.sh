@@ -5,4 +5,4 @@ MEDIAQUAL_ENGINE=regional-compile-graphs bash scripts/gpu-runs/qualify.sh Wan2.1
 #   bash scripts/gpu-runs/engines.sh Wan-AI/Wan2.1-T2V-1.3B wan 3
 #   bash scripts/gpu-runs/encode-bench.sh short
 # The runtime variants side by side (docs/PERFORMANCE.md, "Task speed"):
-#   bash scripts/gpu-runs/wan-speed.sh 4 regional-compile regional-compile+graphs regional-compile+cfg-batch+graphs eager+graphs
+#   bash scripts/gpu-runs/speed.sh wan 4 regional-compile regional-compile+graphs regional-compile+cfg-batch+graphs eager+graphs

@@ -1,0 +1,22 @@
+#!/bin/bash
+# A family's runtime variants side by side in one device call (docs/PERFORMANCE.md, "Task speed"):
+#   bash scripts/gpu-runs/speed.sh wan|qwenimage [N] [VARIANT...]
+# Each variant runs in its own process (scripts/gpu-runs/speed.py): load, warm-up, N jobs of the
+# family's pinned call, a JSON line a job, also kept in $OUT/speed.jsonl.
+family=$1 n=${2:-3}; shift 2
+variants=${*:-eager regional-compile regional-compile+cfg-batch regional-compile+autotune}
+source .gpu/setup.sh || exit 1
+export CUDA_VISIBLE_DEVICES=0
+# The device's 64 GB disk holds one big bundle at a time (Qwen's is 57.7 GB).
+case $family in
+  wan) rm -rf /tmp/bundles/Qwen; bundle=/tmp/bundles/Wan-AI/Wan2.1-T2V-1.3B-Diffusers ;;
+  qwenimage) rm -rf /tmp/bundles/Wan-AI; bundle=/tmp/bundles/Qwen/Qwen-Image-Edit-2511 ;;
+  *) echo "family: wan or qwenimage"; exit 2 ;;
+esac
+[ -f $bundle/model_index.json ] || { time python3 models/$family/build_l0.py --out /tmp/bundles 2>&1 | tail -1; }
+python3 -c 'import torch; print("sdpa priority:", torch._C._get_sdp_priority_order())' 2>&1 | tail -1
+for v in $variants; do
+  timeout 400 python3 scripts/gpu-runs/speed.py $family $bundle "$v" "$n" 2>"$OUT/speed-$family-${v//+/_}.log" \
+    | tee -a "$OUT/speed.jsonl"; [ "${PIPESTATUS[0]}" = 0 ] || { echo "$v failed:"; tail -5 "$OUT/speed-$family-${v//+/_}.log"; }
+done
+nvidia-smi --query-gpu=clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv
