@@ -115,10 +115,11 @@ class EngineTest(unittest.TestCase):
         b.apply_engine(pipe, "eager")
         self.assertIsNone(pipe.transformer.compiled)
         with self.assertRaisesRegex(RuntimeError, "engine 'max' is not one of eager, regional-compile, regional-compile-graphs, "
-                                                  "regional-compile-fused-graphs"):
+                                                  "regional-compile-fused, regional-compile-fused-graphs"):
             b.apply_engine(pipe, "max")
-        with self.assertRaisesRegex(RuntimeError, "this family has no fused kernels"):
-            b.apply_engine(pipe, "regional-compile-fused-graphs")
+        for engine in ("regional-compile-fused", "regional-compile-fused-graphs"):
+            with self.assertRaisesRegex(RuntimeError, "engine %s: this family has no fused kernels" % engine):
+                b.apply_engine(pipe, engine)
         self.assertIsNone(pipe.transformer.compiled, "nothing compiled for an engine the family lacks")
 
     @testing.needs("torch")

@@ -421,7 +421,7 @@ def require_bundle(bundle):
         )
 
 
-ENGINES = ("eager", "regional-compile", "regional-compile-graphs", "regional-compile-fused-graphs")
+ENGINES = ("eager", "regional-compile", "regional-compile-graphs", "regional-compile-fused", "regional-compile-fused-graphs")
 
 
 class TorchBackend:
@@ -440,11 +440,15 @@ class TorchBackend:
         (graphs.py), recorded by the same warm-up: the same kernels, so the same bytes as
         regional-compile, launched once a call instead of block by block from Python. Call it
         after apply_layout: the graph records the transformer itself, inside any layout.
-        regional-compile-fused-graphs: the family's own fused kernels (fuse_kernels) in the block
-        first, then compiled and graphed as above; other bytes, which repeat."""
+        regional-compile-fused: the family's own fused kernels (fuse_kernels) in the block first,
+        then compiled as above; other bytes, which repeat. regional-compile-fused-graphs: that,
+        graphed (a family whose transformer copies from the host inside its forward, as
+        Qwen-Image's does, cannot be captured)."""
         if engine not in ENGINES:
             raise RuntimeError("engine %r is not one of %s" % (engine, ", ".join(ENGINES)))
         if "-fused" in engine:
+            if self.fused_module is None:
+                raise RuntimeError("engine %s: this family has no fused kernels" % engine)
             self.fuse_kernels(pipe)
         if engine.startswith("regional-compile"):
             # Inductor picks some kernel configs by timing them, so two processes (the native
@@ -460,9 +464,19 @@ class TorchBackend:
             self.graph_transformer(pipe)
         self.engine = engine
 
+    fused_module = None  # the family's fused-engine module ("wan.fused"; apply(transformer) -> {what: modules})
+
     def fuse_kernels(self, pipe):
-        """A family with kernels of its own for the transformer's block puts them in here."""
-        raise RuntimeError("engine regional-compile-fused-graphs: this family has no fused kernels")
+        """The family's fused kernels (pyworker/fused.py, put in place by its own fused.py) in
+        the transformer, after checking on the device that the GELU epilogue is the tanh GELU."""
+        import importlib
+
+        from . import fused
+
+        rel = fused.verify_gelu(self.device)
+        done = importlib.import_module(self.fused_module).apply(pipe.transformer)
+        logger("fused")("%s (the tanh GELU epilogue on %s: relative difference %.1g)" % (
+            ", ".join("%s in %d modules" % kv for kv in done.items()), self.device, rel))
 
     def graph_transformer(self, pipe):
         """Replays pipe.transformer's forward as CUDA graphs (graphs.py), innermost: under a

@@ -14,8 +14,9 @@ Configuration (argv wins over the environment):
   --device DEV          default $MEDIAQUAL_QWENIMAGE_DEVICE or cuda:0
   --layout L            single (default), cfg-2 or ulysses-N: the Task on N GPUs of
                         CUDA_VISIBLE_DEVICES as N ranks (models/pyworker/ranks.py)
-  --engine E            eager (default) or regional-compile: torch.compile of the transformer's
-                        repeated block, compiled before "ready" by a 2-step warm-up edit
+  --engine E            eager (default), regional-compile (torch.compile of the transformer's
+                        repeated block, compiled before "ready" by a 2-step warm-up edit),
+                        regional-compile-graphs or regional-compile-fused-graphs (fused.py)
   --warmup-size WxH     that warm-up's size (the row's pinned one; default 1024x1024), with a
                         grey square reference
 
@@ -161,6 +162,7 @@ class DiffusersBackend(pw.TorchBackend):
 
     precision = PRECISION
     size_multiple = SIZE_MULTIPLE
+    fused_module = "qwenimage.fused"
 
     def __init__(self, cfg):
         self.cfg = cfg

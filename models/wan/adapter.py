@@ -140,6 +140,7 @@ class DiffusersBackend(pw.TorchBackend):
     """WanPipeline on one device: bf16 transformer and text encoder, fp32 VAE, UniPC flow_shift."""
 
     precision = PRECISION
+    fused_module = "wan.fused"
 
     def __init__(self, cfg):
         self.cfg = cfg
@@ -184,16 +185,6 @@ class DiffusersBackend(pw.TorchBackend):
         steps = max(cfg.warmup_steps, 2 if cfg.engine != "eager" else 0)
         if steps > 0:
             self.warmup(steps)
-
-    def fuse_kernels(self, pipe):
-        """The fused engine's kernels (fused.py): self-attention's q/k norm and RoPE in one pass, the
-        feed-forward's GELU in its matmul."""
-        from wan import fused
-
-        rel = fused.verify_gelu(self.device)
-        attentions, gelus = fused.apply(pipe.transformer)
-        log("fused: q/k norm and RoPE in %d attention modules' self-attention, GELU in %d feed-forward matmuls "
-            "(the tanh GELU on %s: relative difference %.1g)" % (attentions, gelus, self.device, rel))
 
     def stream_decode(self, vae):
         """Streams the clip while the VAE decodes it: AutoencoderKLWan._decode calls its decoder

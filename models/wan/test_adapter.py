@@ -380,19 +380,12 @@ for batch, frames, heads, head_dim, dtype in ((1, 2, 2, 32, torch.float32), (2, 
     rope = WanRotaryPosEmbed(head_dim, (1, 2, 2), 1024).to(dtype)
     cos, sin = rope(torch.empty(1, 4, frames, 8, 12))
     x = (3 * torch.randn(batch, cos.shape[1], heads * head_dim)).bfloat16()
-    w = (1 + 0.1 * torch.randn(heads * head_dim)).bfloat16()
-    got = fused.norm_rope(x, w, cos, sin, 1e-6, head_dim)
-    want = compiled_formula(x, w, cos, sin, 1e-6, heads)
+    norm = torch.nn.RMSNorm(heads * head_dim, eps=1e-6).bfloat16()
+    with torch.no_grad():
+        norm.weight.copy_(1 + 0.1 * torch.randn(heads * head_dim))
+    got = fused.norm_rope(x, norm, cos, sin, head_dim)
+    want = compiled_formula(x, norm.weight, cos, sin, 1e-6, heads)
     res["kernel"].append([list(x.shape) + [str(dtype)], int((got != want).sum()), got.numel()])
-try:
-    fused.check(x.half(), w, cos, sin[:, :3], head_dim)
-except RuntimeError as e:
-    res["check"] = str(e)
-x = torch.randn(2, 5, 32)  # fp32: tanh against erf GELU is below bf16's rounding
-lin = torch.nn.Linear(32, 48)
-want = torch.nn.functional.gelu(lin(x), approximate="tanh")
-res["gelu_rel_diff"] = float((fused.linear_gelu(x, lin.weight, lin.bias).float() - want).norm() / want.norm())
-res["verify_gelu"] = fused.verify_gelu("cpu")
 model = WanTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=32, in_channels=4,
                               out_channels=4, text_dim=16, freq_dim=32, ffn_dim=64, num_layers=2).bfloat16().eval()
 args = dict(hidden_states=torch.randn(1, 4, 2, 8, 12).bfloat16(), timestep=torch.tensor([500]),
@@ -409,11 +402,11 @@ print(json.dumps(res))
 
 @testing.needs("torch", "diffusers", "triton")
 class FusedKernelTest(unittest.TestCase):
-    """fused.py's q/k norm and RoPE kernel, run by Triton's interpreter on CPU tensors: its
-    bytes are the compiled processor's formula's (both roundings included, rows of a
-    non-power-of-two pair count, a batch of two), its arguments are checked by name; its
-    linear_gelu is the tanh GELU of the matmul; and a tiny WanTransformer3DModel with both gives
-    the plain model's output to bf16 rounding. Its speed and its bytes on the GPU: scripts/gpu-runs/speed.sh wan."""
+    """fused.py's q/k norm and RoPE (pyworker/fused.py's kernel with the row as one norm group),
+    run by Triton's interpreter on CPU tensors: its bytes are the compiled processor's formula's
+    (both roundings included, rows of a non-power-of-two pair count, a batch of two); and a tiny
+    WanTransformer3DModel with it and linear_gelu gives the plain model's output to bf16
+    rounding. Its speed and its bytes on the GPU: scripts/gpu-runs/speed.sh wan."""
 
     def test_kernel_and_processor(self):
         import subprocess
@@ -426,11 +419,8 @@ class FusedKernelTest(unittest.TestCase):
         res = json.loads(r.stdout.strip().splitlines()[-1])
         for shape, differ, n in res["kernel"]:
             self.assertEqual(differ, 0, "%d of %d values differ from the compiled formula's at %s" % (differ, n, shape))
-        self.assertIn("x (1, 48, 64) torch.float16 contiguous=True (want 3-d contiguous bf16)", res["check"])
-        self.assertIn("rotary sin (1, 3, 1, 32) torch.bfloat16 (want contiguous fp32 or bf16 (1, 48, 1, 32))", res["check"])
-        self.assertEqual(res["modules"], [4, 2], "self- and cross-attention of two blocks, and their feed-forwards")
-        self.assertLess(res["gelu_rel_diff"], 1e-6, "linear_gelu is the biased tanh GELU of the matmul")
-        self.assertLess(res["verify_gelu"], 1e-6)
+        self.assertEqual(res["modules"], {"self-attention q/k norm and RoPE": 4, "feed-forward GELU": 2},
+                         "self- and cross-attention of two blocks, and their feed-forwards")
         self.assertEqual(res["processors"], ["FusedSelfAttention"])
         self.assertGreater(res["rel_diff"], 0.0, "the processor is in use")
         self.assertLess(res["rel_diff"], 0.02, "the same attention to bf16 rounding")

@@ -16,7 +16,7 @@ esac
 [ -f $bundle/model_index.json ] || { time python3 models/$family/build_l0.py --out /tmp/bundles 2>&1 | tail -1; }
 python3 -c 'import torch; print("sdpa priority:", torch._C._get_sdp_priority_order())' 2>&1 | tail -1
 for v in $variants; do
-  timeout 400 python3 scripts/gpu-runs/speed.py $family $bundle "$v" "$n" 2>"$OUT/speed-$family-${v//+/_}.log" \
+  timeout 270 python3 scripts/gpu-runs/speed.py $family $bundle "$v" "$n" 2>"$OUT/speed-$family-${v//+/_}.log" \
     | tee -a "$OUT/speed.jsonl"; [ "${PIPESTATUS[0]}" = 0 ] || { echo "$v failed:"; tail -5 "$OUT/speed-$family-${v//+/_}.log"; }
 done
 nvidia-smi --query-gpu=clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv
