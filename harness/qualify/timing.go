@@ -175,7 +175,7 @@ func timeParts(reqs []Artifact) []reports.TimePart {
 
 // phaseOrder puts known Task phases in the order they run; others follow by name.
 func phaseOrder(name string) int {
-	if i := slices.Index([]string{"encode_prompt", "denoise", "decode"}, name); i >= 0 {
+	if i := slices.Index([]string{"encode_prompt", "encode_image", "denoise", "decode"}, name); i >= 0 {
 		return i
 	}
 	return 100

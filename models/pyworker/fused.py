@@ -47,11 +47,12 @@ def _bf16(v):
 @triton.jit
 def _norm_rope(x_ptr, w_ptr, cos_ptr, sin_ptr, out_ptr, tokens,
                EPS: tl.constexpr, DIM: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
-               GROUPS_P2: tl.constexpr, PAIRS_P2: tl.constexpr, ROUND_NORMED: tl.constexpr):
+               GPP: tl.constexpr, GPP_P2: tl.constexpr, PAIRS_P2: tl.constexpr, ROUND_NORMED: tl.constexpr):
     row = tl.program_id(0)  # batch * tokens + token
-    g = tl.arange(0, GROUPS_P2)[:, None]  # norm group in the row (padded to a power of 2)
+    k = tl.arange(0, GPP_P2)[:, None]  # this program's GPP norm groups (padded to a power of 2)
+    g = tl.program_id(1) * GPP + k  # norm group in the row
     j = tl.arange(0, PAIRS_P2)[None, :]  # pair in the group (padded likewise)
-    live = (g < DIM // GROUP) & (j < GROUP // 2)
+    live = (k < GPP) & (g < DIM // GROUP) & (j < GROUP // 2)
     at = row.to(tl.int64) * DIM + g * GROUP + 2 * j
     x1 = tl.load(x_ptr + at, mask=live, other=0.0).to(tl.float32)
     x2 = tl.load(x_ptr + at + 1, mask=live, other=0.0).to(tl.float32)
@@ -72,20 +73,34 @@ def _norm_rope(x_ptr, w_ptr, cos_ptr, sin_ptr, out_ptr, tokens,
     tl.store(out_ptr + at + 1, _bf16(y1 * s + y2 * c).to(tl.bfloat16), mask=live)
 
 
+# (groups a program, warps) by the row's number of norm groups, from
+# scripts/gpu-runs/norm_rope_probe.py on the H200 (ms a call at the pinned shapes): Wan2.1's one
+# group, 4 warps 0.0715, 8 warps 0.051 (kept at 4: the engine's published bytes); Qwen-Image's 24
+# heads, 2 heads with 2 warps 0.0646, all 24 in one program 0.42 (inductor's form 0.137). On the
+# GPU the launch changes the reduction's order, so it is part of the bytes. A count not here gets
+# all its groups in one program with 4 warps.
+LAUNCH = {1: (1, 4), 24: (2, 2)}
+
+
 @torch.library.triton_op("mediaqual::norm_rope", mutates_args=())
 def norm_rope(x: torch.Tensor, weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, eps: float,
-              head_dim: int, group: int, round_normed: bool) -> torch.Tensor:
+              head_dim: int, group: int, round_normed: bool, groups_per_program: int = 0,
+              num_warps: int = 0) -> torch.Tensor:
     """x: (batch, tokens, heads * head_dim) bf16; weight: (group,); cos, sin: tokens * head_dim
     values each, fp32 or bf16 (the products are fp32 either way, as inductor computes them), laid
-    out as the module doc says. Returns x normed and rotated, same shape."""
+    out as the module doc says. Returns x normed and rotated, same shape. groups_per_program and
+    num_warps (0: LAUNCH's) set the launch."""
     batch, tokens, dim = x.shape
+    groups = dim // group
+    gpp, warps = LAUNCH.get(groups, (groups, 4))
+    gpp, warps = groups_per_program or gpp, num_warps or warps
     out = torch.empty_like(x)
     # The interpreter's kernels are not jit functions, which wrap_triton (for torch.compile) wants.
     launch = _norm_rope if INTERPRETED else torch.library.wrap_triton(_norm_rope)
-    launch[(batch * tokens,)](
-        x, weight, cos, sin, out, tokens, EPS=eps, DIM=dim, GROUP=group, HEAD_DIM=head_dim,
-        GROUPS_P2=triton.next_power_of_2(dim // group), PAIRS_P2=triton.next_power_of_2(group // 2),
-        ROUND_NORMED=round_normed)
+    launch[(batch * tokens, triton.cdiv(groups, gpp))](
+        x, weight, cos, sin, out, tokens, EPS=eps, DIM=dim, GROUP=group, HEAD_DIM=head_dim, GPP=gpp,
+        GPP_P2=triton.next_power_of_2(gpp), PAIRS_P2=triton.next_power_of_2(group // 2), ROUND_NORMED=round_normed,
+        num_warps=warps)
     return out
 
 

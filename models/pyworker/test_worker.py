@@ -164,6 +164,12 @@ class PhasesTest(unittest.TestCase):
         self.assertEqual(pw.phases_ms(marks, 0.0, 10.0),
                          {"encode_prompt": 300.0, "denoise": 8600.0, "decode": 1000.0})
 
+    def test_split_with_the_references_encode(self):
+        # An edit: the reference's VAE encode between the prompts and the steps is its own phase.
+        marks = [("encode_prompt", 0.1, 0.3), ("encode_image", 0.5, 0.7), ("decode", 9.0, 9.6)]
+        self.assertEqual(pw.phases_ms(marks, 0.0, 10.0),
+                         {"encode_prompt": 200.0, "encode_image": 200.0, "denoise": 8500.0, "decode": 1000.0})
+
     def test_nothing_claimed_without_both_marks(self):
         self.assertEqual(pw.phases_ms([("encode_prompt", 0.1, 0.3)], 0.0, 1.0), {})
         self.assertEqual(pw.phases_ms([("decode", 0.1, 0.3)], 0.0, 1.0), {})
@@ -172,6 +178,9 @@ class PhasesTest(unittest.TestCase):
         class VAE:
             def decode(self, x):
                 return x * 2
+
+            def encode(self, x):
+                return x / 2
 
         class Pipe:
             vae = VAE()
@@ -184,7 +193,8 @@ class PhasesTest(unittest.TestCase):
         b.instrument(pipe)
         self.assertEqual(pipe.encode_prompt("a"), "a!")
         self.assertEqual(pipe.vae.decode(2), 4)
-        self.assertEqual([m[0] for m in b.marks], ["encode_prompt", "decode"])
+        self.assertEqual(pipe.vae.encode(2), 1)
+        self.assertEqual([m[0] for m in b.marks], ["encode_prompt", "decode", "encode_image"])
         self.assertTrue(all(a <= z for _, a, z in b.marks))
 
 

@@ -391,22 +391,28 @@ class PipelineFamily:
 
 def phases_ms(marks, t0, t1):
     """Split a call [t0, t1] by the (name, start, end) marks a backend recorded around the
-    pipeline's encode_prompt and VAE decode calls: encode_prompt (all its calls), denoise (from
-    the last prompt encoding to the first decode: latents, the transformer steps, the
-    scheduler) and decode (from there to the end: VAE, post-processing, quantizing, the copy
-    to the host). Without both kinds of mark nothing is claimed."""
+    pipeline's encode_prompt, VAE encode and VAE decode calls: encode_prompt (all its calls),
+    encode_image (the VAE's encodes of reference images between the last prompt encoding and
+    the first decode, when the pipeline makes any), denoise (the rest of that span: latents,
+    the transformer steps, the scheduler) and decode (from there to the end: VAE,
+    post-processing, quantizing, the copy to the host). Without prompt and decode marks
+    nothing is claimed."""
     enc = [(a, b) for n, a, b in marks if n == "encode_prompt"]
     dec = [a for n, a, _ in marks if n == "decode"]
     if not enc or not dec:
         return {}
     enc_end = max(b for _, b in enc)
     dec_start = min(dec)
+    img = sum(b - a for n, a, b in marks if n == "encode_image" and enc_end <= a and b <= dec_start)
     ms = lambda x: round(x * 1000.0, 3)  # noqa: E731
-    return {
+    phases = {
         "encode_prompt": ms(sum(b - a for a, b in enc)),
-        "denoise": ms(dec_start - enc_end),
+        "denoise": ms(dec_start - enc_end - img),
         "decode": ms(t1 - dec_start),
     }
+    if any(n == "encode_image" for n, _, _ in marks):
+        phases["encode_image"] = ms(img)
+    return phases
 
 
 # --------------------------------------------------------------------------------------------
@@ -614,7 +620,7 @@ class TorchBackend:
             s.push(q, q.numpy())
 
     def instrument(self, pipe):
-        """Time the pipeline's prompt encoding and VAE decode (marks for phases_ms), syncing
+        """Time the pipeline's prompt encoding and VAE encode and decode (marks for phases_ms), syncing
         the device at each edge so a mark is when the GPU got there, not when the CPU queued
         it. A pipeline without either is left alone and reports no phases."""
         self.marks = []
@@ -635,6 +641,8 @@ class TorchBackend:
         if hasattr(pipe, "encode_prompt") and getattr(pipe, "vae", None) is not None:
             pipe.encode_prompt = timed("encode_prompt", pipe.encode_prompt)
             pipe.vae.decode = timed("decode", pipe.vae.decode)
+            if hasattr(pipe.vae, "encode"):  # an edit's reference, or an image-to-video's image
+                pipe.vae.encode = timed("encode_image", pipe.vae.encode)
 
     def synchronize(self):
         if self.cuda:

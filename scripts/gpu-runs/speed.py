@@ -12,8 +12,8 @@ through diffusers' _native_cudnn or _native_flash backend: torch's scaled-dot-pr
 held to that kernel family, where by default torch picks flash, then memory-efficient, math,
 cuDNN, the first that takes the call) and/or +fuse (diffusers' fuse_qkv_projections, where the
 family's attention has it) and/or +profile (after the jobs, one denoising step's two transformer
-calls, those of the last job's first step, run again under torch.profiler: the GPU's kernel time
-by kind, GEMM, attention, Triton (inductor's fused kernels) and the rest, in ms a step, and the
+calls, those of the last job's first step, run again, timed on the host without the profiler,
+then under torch.profiler: the GPU's kernel time by kind, GEMM, attention, Triton (inductor's fused kernels) and the rest, in ms a step, and the
 longest kernels; docs/PERFORMANCE.md divides the GEMM and attention times by the family's
 flops.go count). Loads the bundle as the adapter does, warms up at the pinned shape, then runs N
 jobs of the pinned settings, printing one JSON line a job: its denoise per step, Task wall,
@@ -154,7 +154,15 @@ class StepCalls:
 
         if len(self.calls) != 2:
             raise RuntimeError("profile: a step made %d transformer calls, not 2" % len(self.calls))
-        torch.cuda.synchronize()
+        walls = []
+        for _ in range(3):  # the two calls' wall without the profiler: the rest of a step is the pipeline's
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            with torch.inference_mode():
+                for kw in self.calls:
+                    self.forward(**kw)
+            torch.cuda.synchronize()
+            walls.append((time.perf_counter() - t0) * 1000.0)
         with torch.inference_mode(), profile(activities=[ProfilerActivity.CUDA]) as prof:
             for kw in self.calls:
                 self.forward(**kw)
@@ -167,7 +175,7 @@ class StepCalls:
             ms[kind] += e.device_time_total / 1000.0
             top[e.name[:90]] += e.device_time_total / 1000.0
         return {"profile_ms_per_step": {k: round(v, 1) for k, v in ms.most_common()},
-                "kernel_ms_per_step": round(sum(ms.values()), 1),
+                "kernel_ms_per_step": round(sum(ms.values()), 1), "calls_wall_ms": [round(w, 1) for w in walls],
                 "top": [(k, round(v, 2)) for k, v in top.most_common(16)]}
 
 
