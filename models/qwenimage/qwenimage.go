@@ -26,14 +26,18 @@ func Entries() []spec.Entry {
 			// $MEDIAQUAL_ROOT. The weights are the row's bundle under $MEDIAQUAL_BUNDLES.
 			Worker: []string{"python3", "models/qwenimage/adapter.py", "--bundle-name", "Qwen/Qwen-Image-Edit-2511",
 				"--warmup-size", pinned.Size.String()},
-			// regional-compile: on the H200 it denoised at 604.8 ms a step against eager's
-			// 772.7 (reports/published/qwen-image-edit-2511-L0-random-h200-regional-compile);
+			// regional-compile-fused: the block compiled with the family's fused kernels
+			// (fused.py: q/k norms and RoPE in one kernel, the GELU in its matmul). On the H200
+			// regional-compile denoised at 604.8 ms a step against eager's 772.7
+			// (reports/published/qwen-image-edit-2511-L0-random-h200-regional-compile), the fused
+			// kernels at 576.8-579.2 against 600.3-601.8 in one call (docs/PERFORMANCE.md). No
+			// CUDA graph: the transformer copies a host list to the device inside its forward.
 			// `mediaserve -engine eager` serves eager. The warm-up before "ready" runs true CFG,
 			// whose two prompts differ in length, so the block is also compiled for a varying
 			// text length: no measured job of that run compiled. A reference of another aspect
 			// ratio than the warm-up's square does compile again, inside its first job (the
 			// worker logs it); the fixtures are square.
-			Engine: "regional-compile",
+			Engine: "regional-compile-fused",
 			// The pinned negative prompt keeps true CFG on, so CFG-2 applies; it is not yet
 			// measured, so one GPU stays preferred. Ulysses-2 is offered for the 1024² edit
 			// (image and reference tokens together), also unmeasured.

@@ -35,6 +35,8 @@ class FusedJointAttentionTest(unittest.TestCase):
         from diffusers.models.normalization import RMSNorm
         from diffusers.models.transformers.transformer_qwenimage import QwenEmbedRope
 
+        from pyworker import fused as kernels
+
         head_dim = 32
         rope = QwenEmbedRope(theta=10000, axes_dim=[8, 12, 12], scale_rope=True)
         img_freqs, txt_freqs = rope([[(1, 4, 6), (1, 4, 4)]], max_txt_seq_len=7, device="cpu")  # output, reference
@@ -43,10 +45,14 @@ class FusedJointAttentionTest(unittest.TestCase):
             with torch.no_grad():
                 norm.weight.copy_(1 + 0.1 * torch.randn(head_dim))
             x = (3 * torch.randn(batch, freqs.shape[0], heads * head_dim)).bfloat16()
-            got = self.fused.norm_rope(x, norm, freqs, head_dim)
             want = self.diffusers_norm_rope(x, norm, freqs, head_dim)
+            got = self.fused.norm_rope(x, norm, freqs, head_dim)
             self.assertEqual((got.dtype, got.shape), (want.dtype, want.shape))
             self.assertEqual(int((got != want).sum()), 0, "values differ from diffusers' at %s" % (tuple(x.shape),))
+            table = torch.view_as_real(freqs)
+            for gpp in (1, 2):  # heads a program: with 3 heads, 2 leaves the last program half empty
+                got = kernels.norm_rope(x, norm.weight, table, table, norm.eps, head_dim, head_dim, True, gpp, 1)
+                self.assertEqual(int((got != want).sum()), 0, "%d heads a program: values differ at %s" % (gpp, tuple(x.shape)))
 
     def test_tiny_transformer_with_the_fused_engine(self):
         torch = self.torch

@@ -18,6 +18,7 @@ case $builder in
   wan22) [ -f /tmp/bundles/Wan-AI/Wan2.2-TI2V-5B-Diffusers/model_index.json ] || time python3 models/wan/build_l0.py --out /tmp/bundles --wan22 2>&1 | tail -3 ;;
   qwen) [ -f /tmp/bundles/Qwen/Qwen-Image-Edit-2511/model_index.json ] || time python3 models/qwenimage/build_l0.py --out /tmp/bundles 2>&1 | tail -3 ;;
 esac
+nvidia-smi --query-gpu=name,power.limit,driver_version,clocks.max.sm --format=csv,noheader  # machine to machine bytes
 ( while sleep 20; do nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader; done ) >"$OUT/smi-$tag.log" &
 time timeout "${LIMIT:-480}" /tmp/bin/qual.test -test.run "$row" -test.v=test2json -test.count=1 -test.timeout 20m >"$OUT/test2json-$tag.out" 2>&1
 echo "qual.test rc=$?"
