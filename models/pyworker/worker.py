@@ -448,8 +448,8 @@ class TorchBackend:
         after apply_layout: the graph records the transformer itself, inside any layout.
         regional-compile-fused: the family's own fused kernels (fuse_kernels) in the block first,
         then compiled as above; other bytes, which repeat. regional-compile-fused-graphs: that,
-        graphed (a family whose transformer copies from the host inside its forward, as
-        Qwen-Image's does, cannot be captured)."""
+        graphed (not for a transformer that copies from the host inside its forward, as
+        Qwen-Image's does: a CUDA graph capture cannot record that copy)."""
         if engine not in ENGINES:
             raise RuntimeError("engine %r is not one of %s" % (engine, ", ".join(ENGINES)))
         if "-fused" in engine:

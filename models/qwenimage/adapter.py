@@ -15,8 +15,11 @@ Configuration (argv wins over the environment):
   --layout L            single (default), cfg-2 or ulysses-N: the Task on N GPUs of
                         CUDA_VISIBLE_DEVICES as N ranks (models/pyworker/ranks.py)
   --engine E            eager (default), regional-compile (torch.compile of the transformer's
-                        repeated block, compiled before "ready" by a 2-step warm-up edit),
-                        regional-compile-graphs or regional-compile-fused-graphs (fused.py)
+                        repeated block, compiled before "ready" by a 2-step warm-up edit) or
+                        regional-compile-fused (the row's: that, with fused.py's kernels in the
+                        block). Not for this family: the -graphs engines (its transformer copies a
+                        host list to the device inside its forward, which a CUDA graph capture
+                        cannot record; not tried on a GPU)
   --warmup-size WxH     that warm-up's size (the row's pinned one; default 1024x1024), with a
                         grey square reference
 
