@@ -39,7 +39,7 @@ type fixture struct {
 
 // newTask builds a Task running this test binary as a worker in mode. On cleanup it closes
 // the task and checks that no scratch file and no worker process remain.
-func newTask(t *testing.T, mode string, tweak ...func(*Config, *Task)) fixture {
+func newTask(t testing.TB, mode string, tweak ...func(*Config, *Task)) fixture {
 	t.Helper()
 	scratch := filepath.Join(t.TempDir(), "scratch") // missing: the Task creates it
 	logb := &proctest.Buffer{}
@@ -77,7 +77,7 @@ func workerPID(task *Task) int {
 	return task.p.pid
 }
 
-func assertScratchEmpty(t *testing.T, dir string) {
+func assertScratchEmpty(t testing.TB, dir string) {
 	t.Helper()
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
