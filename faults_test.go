@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -45,7 +46,10 @@ var faultCases = []struct {
 
 // TestFaultsAreCaught runs the real qualification of a reference checkpoint against a
 // mediaserve with one fault switched on, in a child run of this test binary, and asserts that
-// the case fails at the check made for that fault, by name.
+// the case fails at the check made for that fault, by name. The children share nothing (each
+// has its own server on port 0, its own directories and AIPerf), so they run in parallel, as
+// many at once as -parallel allows (GOMAXPROCS): one child keeps about one core busy, and one
+// after another they were the longest part of make test.
 func TestFaultsAreCaught(t *testing.T) {
 	if os.Getenv(qual.EnvFault) != "" {
 		t.Skip("already inside a fault run")
@@ -55,12 +59,14 @@ func TestFaultsAreCaught(t *testing.T) {
 	}
 	for _, fc := range faultCases {
 		t.Run(fc.fault, func(t *testing.T) {
+			t.Parallel()
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 			name := casegen.TestName(fc.checkpoint)
 			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run", "^"+name+"$", "-test.v", "-test.count=1")
-			cmd.Env = append(withoutEnv(os.Environ(), "MEDIAQUAL_REPORT_DIR"), qual.EnvFault+"="+fc.fault,
-				"MEDIAQUAL_REQUEST_TIMEOUT=4s")
+			// The child launches the mediaserve this run built rather than building its own.
+			cmd.Env = append(withoutEnv(os.Environ(), "MEDIAQUAL_REPORT_DIR", "MEDIAQUAL_MEDIASERVE"), qual.EnvFault+"="+fc.fault,
+				"MEDIAQUAL_REQUEST_TIMEOUT=4s", "MEDIAQUAL_MEDIASERVE="+config.Mediaserve)
 			out, err := cmd.CombinedOutput()
 			require.Error(t, err, "%s passed with fault %s switched on:\n%s", name, fc.fault, out)
 			assert.Contains(t, string(out), "--- FAIL: "+name, "the case itself must fail")
@@ -69,10 +75,10 @@ func TestFaultsAreCaught(t *testing.T) {
 	}
 }
 
-func withoutEnv(env []string, key string) []string {
+func withoutEnv(env []string, keys ...string) []string {
 	var out []string
 	for _, kv := range env {
-		if !strings.HasPrefix(kv, key+"=") {
+		if !slices.ContainsFunc(keys, func(k string) bool { return strings.HasPrefix(kv, k+"=") }) {
 			out = append(out, kv)
 		}
 	}
