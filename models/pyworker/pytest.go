@@ -80,7 +80,71 @@ func UnitTests(t *testing.T, module string) { UnitTestsWith(t, Python(t), module
 
 // UnitTestsWith is UnitTests under another python (a virtualenv's).
 func UnitTestsWith(t *testing.T, python, module string) {
-	out := runUnitTests(t, python, ".", module)
+	reportSkips(t, python, runUnitTests(t, python, ".", module))
+}
+
+// UnitTestClassesWith is UnitTestsWith with each TestCase class of the module in a python
+// process of its own, as parallel subtests named after the classes: a module whose classes each
+// start real pipelines takes about as long as its longest class rather than the sum. Each class
+// must run as many tests as unittest's loader finds in it, so none is left out. The classes
+// must share nothing but what each makes for itself.
+func UnitTestClassesWith(t *testing.T, python, module string) {
+	for _, c := range testClasses(t, python, ".", module) {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			out := runUnitTests(t, python, ".", module+"."+c.name)
+			m := ranCount.FindStringSubmatch(out)
+			require.NotNil(t, m, "no test count in the output")
+			require.Equal(t, strconv.Itoa(c.tests), m[1], "tests run of %s", c.name)
+			reportSkips(t, python, out)
+		})
+	}
+}
+
+var ranCount = regexp.MustCompile(`(?m)^Ran (\d+) tests? in `)
+
+// listClasses prints each TestCase class of a module, as unittest's loader finds them
+// (loadTestsFromModule), with its number of tests.
+const listClasses = `
+import sys, unittest
+mod = __import__(sys.argv[1])
+if hasattr(mod, "load_tests"):
+    sys.exit(sys.argv[1] + " defines load_tests: run it whole (UnitTestsWith)")
+for name in dir(mod):
+    obj = getattr(mod, name)
+    if isinstance(obj, type) and issubclass(obj, unittest.TestCase):
+        n = unittest.defaultTestLoader.loadTestsFromTestCase(obj).countTestCases()
+        if n:
+            print(name, n)
+`
+
+type testClass struct {
+	name  string
+	tests int
+}
+
+func testClasses(t *testing.T, python, dir, module string) []testClass {
+	cmd := exec.Command(python, "-c", listClasses, module)
+	cmd.Dir = dir
+	cmd.Env = pyEnv()
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	require.NoError(t, err, "listing the test classes of %s: %s", module, stderr.String())
+	require.NotEmpty(t, strings.TrimSpace(string(out)), "%s has no tests", module)
+	var classes []testClass
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		var c testClass
+		_, err := fmt.Sscan(line, &c.name, &c.tests)
+		require.NoError(t, err, "%q", line)
+		classes = append(classes, c)
+	}
+	return classes
+}
+
+// reportSkips fails t for every skip judgeSkips calls a problem and reports the tests not run
+// for missing modules as skipped subtests.
+func reportSkips(t *testing.T, python, out string) {
 	notRun, problems := judgeSkips(out, importable(python))
 	for _, p := range problems {
 		t.Error(p)

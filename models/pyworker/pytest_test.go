@@ -53,3 +53,28 @@ class NeedsAbsent(unittest.TestCase):
 	_, problems = judgeSkips("test_a (m.C.test_a) ... skipped 'not run: missing python modules: x'\n\nOK (skipped=2)\n", func(string) bool { return false })
 	assert.Equal(t, []string{"unittest reports 2 skipped, 1 named in its output"}, problems, "a skip the parser missed")
 }
+
+// The classes UnitTestClassesWith runs apart are every class unittest's loader would run, each
+// with its number of tests: none without tests, none left out.
+func TestTestClassesAreTheLoaders(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "test_split.py"), []byte(`
+import unittest
+
+class Base(unittest.TestCase):
+    pass
+
+class Mixin:
+    def test_shared(self):
+        pass
+
+class B(Mixin, Base):
+    def test_b(self):
+        pass
+
+class A(unittest.TestCase):
+    def test_a(self):
+        pass
+`), 0o644))
+	assert.Equal(t, []testClass{{"A", 1}, {"B", 2}}, testClasses(t, Python(t), dir, "test_split"))
+}
