@@ -274,7 +274,11 @@ class CFGBatchTest(unittest.TestCase):
 @testing.needs("torch", "diffusers", "transformers", "accelerate", "numpy")
 class AdapterLayoutTest(unittest.TestCase):
     """The Wan adapter itself under cfg-2 (its rank spawning, apply_layout and the per-job
-    cfg switch) on a tiny L0 bundle on the CPU, against the same adapter on one rank."""
+    cfg switch) on a tiny L0 bundle on the CPU, against the same adapter on one rank. Each
+    layout's adapter starts once and runs the jobs of both tests in turn (GUIDANCE), so the
+    second job also shows the switch from two branches a step to one within a group."""
+
+    GUIDANCE = (5.0, 1.0)  # one job each, in this order: both branches, then only cond
 
     @classmethod
     def setUpClass(cls):
@@ -284,65 +288,85 @@ class AdapterLayoutTest(unittest.TestCase):
                        check=True, stdout=subprocess.DEVNULL)
         cls.argv = [sys.executable, os.path.join(wan, "adapter.py"), "--bundle",
                     os.path.join(cls.tmp.name, "Wan-AI", "Wan2.1-T2V-1.3B-Diffusers"), "--flow-shift", "3.0", "--device", "cpu"]
+        cls.runs = {layout: cls.serve(layout) for layout in ("single", "cfg-2")}
 
     @classmethod
     def tearDownClass(cls):
         cls.tmp.cleanup()
 
-    def frames(self, layout, **settings):
-        """(ready, result, frames) of one job on a fresh adapter under layout."""
-        out = os.path.join(self.tmp.name, "out-%s.rgb" % layout)
-        open(out, "wb").close()
-        err = open(os.path.join(self.tmp.name, "stderr-%s" % layout), "w+")
-        self.addCleanup(err.close)
-        p = subprocess.Popen(self.argv + ["--layout", layout], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    @classmethod
+    def serve(cls, layout):
+        """One adapter under layout running a job per GUIDANCE, then stdin closed: its ready
+        event, per job (terminal event, frames, frame counts streamed), exit status and stderr."""
+        run = {"jobs": []}
+        err = open(os.path.join(cls.tmp.name, "stderr-%s" % layout), "w+")
+        p = subprocess.Popen(cls.argv + ["--layout", layout], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              stderr=err, text=True, start_new_session=True)
         try:
-            ready = json.loads(p.stdout.readline())
-            s = dict(SETTINGS, size="64x48", num_frames=5, num_inference_steps=2, guidance=5.0)
-            s.update(settings)
-            p.stdin.write(json.dumps({"op": "run", "id": "j", "settings": s, "output": out}) + "\n")
-            p.stdin.flush()
-            self.streamed = []  # rank 0 streams the clip as its VAE decodes, whatever the layout
-            while True:
-                ev = json.loads(p.stdout.readline())
-                if ev["event"] == "frames":
-                    self.streamed.append(ev["frames"])
-                elif ev["event"] != "progress":
-                    break
+            run["ready"] = json.loads(p.stdout.readline())
+            for i, guidance in enumerate(cls.GUIDANCE):
+                out = os.path.join(cls.tmp.name, "out-%s-%d.rgb" % (layout, i))
+                open(out, "wb").close()
+                s = dict(SETTINGS, size="64x48", num_frames=5, num_inference_steps=2, guidance=guidance)
+                p.stdin.write(json.dumps({"op": "run", "id": "j%d" % i, "settings": s, "output": out}) + "\n")
+                p.stdin.flush()
+                streamed = []  # rank 0 streams the clip as its VAE decodes, whatever the layout
+                while True:
+                    ev = json.loads(p.stdout.readline())
+                    if ev["event"] == "frames":
+                        streamed.append(ev["frames"])
+                    elif ev["event"] != "progress":
+                        break
+                with open(out, "rb") as f:
+                    run["jobs"].append((ev, f.read(), streamed))
             p.stdin.close()
-            self.assertEqual(p.wait(timeout=180), 0)
+            run["rc"] = p.wait(timeout=180)
         finally:
             if p.poll() is None:
                 os.killpg(p.pid, 9)
                 p.wait()
             p.stdout.close()
-        err.seek(0)
-        self.stderr = err.read()
-        with open(out, "rb") as f:
-            return ready, ev, f.read()
+            err.seek(0)
+            run["stderr"] = err.read()
+            err.close()
+        return run
+
+    def job(self, layout, guidance):
+        """(ready, terminal event, frames, frames streamed) of layout's job at guidance."""
+        run = self.runs[layout]
+        self.assertEqual(run["rc"], 0, run["stderr"][-3000:])
+        return (run["ready"],) + run["jobs"][self.GUIDANCE.index(guidance)]
+
+    def computed(self, prefix, guidance):
+        """cfg-2's report of the job at guidance, logged under prefix (a rank's log name): each
+        rank logs one a job, in order."""
+        lines = [line[len(prefix):] for line in self.runs["cfg-2"]["stderr"].splitlines()
+                 if line.startswith(prefix + "cfg-2: this rank computed ")]
+        self.assertEqual(len(lines), len(self.GUIDANCE), lines)
+        return lines[self.GUIDANCE.index(guidance)]
 
     def test_cfg_2_gives_the_one_rank_bytes(self):
-        ready1, res1, one = self.frames("single")
-        ready2, res2, two = self.frames("cfg-2")
+        ready1, res1, one, _ = self.job("single", 5.0)
+        ready2, res2, two, streamed = self.job("cfg-2", 5.0)
         self.assertEqual((ready2["ranks"], ready2["layout"]), (2, "cfg-2"), ready2)
         self.assertNotIn("ranks", ready1)
         self.assertEqual((res1["event"], res1["actual"]["layout"]), ("result", "single"), res1)
         self.assertEqual((res2["event"], res2["actual"]["layout"]), ("result", "cfg-2"), res2)
         self.assertEqual(len(two), 5 * 48 * 64 * 3)
         self.assertEqual(one, two)
-        self.assertEqual(self.streamed, [1, 5], "rank 0 streamed the frames, once")
+        self.assertEqual(streamed, [1, 5], "rank 0 streamed the frames, once")
         # 2 steps of 2 branches, split: each rank computed its own branch only.
-        self.assertIn("wan-adapter: cfg-2: this rank computed 2 of the call's 4 transformer calls", self.stderr)
-        self.assertIn("wan-adapter[rank 1]: cfg-2: this rank computed 2 of the call's 4 transformer calls", self.stderr)
+        for prefix in ("wan-adapter: ", "wan-adapter[rank 1]: "):
+            self.assertEqual(self.computed(prefix, 5.0), "cfg-2: this rank computed 2 of the call's 4 transformer calls")
 
     def test_cfg_2_without_guidance_runs_one_branch_on_both(self):
         # guidance 1: WanPipeline runs no uncond branch, so cfg-2 must not wait for one.
-        _, res1, one = self.frames("single", guidance=1.0)
-        _, res2, two = self.frames("cfg-2", guidance=1.0)
+        _, res1, one, _ = self.job("single", 1.0)
+        _, res2, two, _ = self.job("cfg-2", 1.0)
         self.assertEqual((res1["event"], res2["event"]), ("result", "result"), (res1, res2))
         self.assertEqual(one, two)
-        self.assertIn("[rank 1]: cfg-2: this rank computed 2 of the call's 2 transformer calls", self.stderr)
+        self.assertEqual(self.computed("wan-adapter[rank 1]: ", 1.0),
+                         "cfg-2: this rank computed 2 of the call's 2 transformer calls")
 
 
 if __name__ == "__main__":
