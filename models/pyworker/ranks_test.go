@@ -17,12 +17,17 @@ import (
 )
 
 // The ranks' own tests (test_ranks.py): protocol, cancel, crashes and load failures of a
-// 2-rank group over gloo, and a tiny real WanPipeline under cfg-2 and ulysses-2.
-func TestRanksPythonUnitTests(t *testing.T) { UnitTestsWith(t, TorchPython(t), "test_ranks") }
+// 2-rank group over gloo, and a tiny real WanPipeline under cfg-2 and ulysses-2. Its classes
+// run side by side, and beside TestRankedWorkerBehindTheServer: each starts its own groups.
+func TestRanksPythonUnitTests(t *testing.T) {
+	t.Parallel()
+	UnitTestClassesWith(t, TorchPython(t), "test_ranks")
+}
 
 // The server side of a 2-rank worker: a job, a crash of rank 1 reported as worker_crashed and
 // the whole group restarted for the next job, and a cancel that leaves the group serving.
 func TestRankedWorkerBehindTheServer(t *testing.T) {
+	t.Parallel()
 	var log proctest.Buffer
 	task := worker.New(worker.Config{
 		Argv: []string{TorchPython(t), filepath.Join("testdata", "ranked_worker.py"), "--layout", "ulysses-2"},
