@@ -14,10 +14,11 @@ import (
 // models/pyworker); these tests run its unit tests and check that it maps the row's settings
 // the way the row declares them.
 // The Python unit tests run under the CPU torch virtualenv (make torch), so the tiny real
-// pipeline runs too.
+// pipeline runs too; its two classes that start one (TinyPipelineTest, CompiledEngineTest)
+// run side by side.
 
 func TestAdapterPythonUnitTests(t *testing.T) {
-	pyworker.UnitTestsWith(t, pyworker.TorchPython(t), "test_adapter")
+	pyworker.UnitTestClassesWith(t, pyworker.TorchPython(t), "test_adapter")
 }
 
 // mapScript reads a list of settings on stdin and prints, per item, the adapter's pipeline
