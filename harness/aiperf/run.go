@@ -110,17 +110,18 @@ func (e Env) Exec(ctx context.Context, r Run) error {
 		return err
 	}
 	defer log.Close()
-	// AIPerf 0.13 leaves an empty aiperf_mmap_<id> directory in TMPDIR after every run: give it
-	// a private base and remove it. (Not TMPDIR itself: its ZMQ IPC socket paths live there and
-	// overflow the 107-byte limit under a deep artifact directory.)
-	tmp := filepath.Join(r.ArtifactDir, "tmp")
-	if err := os.MkdirAll(tmp, 0o755); err != nil {
+	// AIPerf 0.13 leaves directories in TMPDIR after every run (an empty aiperf_mmap_<id>, and
+	// the mkdtemp directories of its ZMQ IPC sockets): give it a TMPDIR of its own and remove
+	// it. A short one under the system's: the socket paths live there and must stay within the
+	// 107-byte limit, which a deep artifact directory would overflow.
+	tmp, err := os.MkdirTemp("", "aiperf-")
+	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
 	cmd := exec.CommandContext(ctx, e.Binary, r.Args()...)
 	cmd.Env = append(os.Environ(), r.Environ()...)
-	cmd.Env = append(cmd.Env, "AIPERF_DATASET_MMAP_BASE_PATH="+tmp)
+	cmd.Env = append(cmd.Env, "TMPDIR="+tmp, "AIPERF_DATASET_MMAP_BASE_PATH="+tmp)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Run(); err != nil {
 		b, _ := os.ReadFile(logPath)
