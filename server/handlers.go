@@ -31,12 +31,13 @@ type requestInfo struct {
 	requestID, correlationID, route, base string
 	inputs                                map[string]string
 	received                              time.Time // the handler began: the body is read and checked from here
+	bodyRead                              time.Time // the body was in: the client's upload ends here
 }
 
-func newRequestInfo(r *http.Request, route string, received time.Time) requestInfo {
+func newRequestInfo(r *http.Request, route string, received, bodyRead time.Time) requestInfo {
 	return requestInfo{
 		requestID: requestID(r), correlationID: r.Header.Get("X-Correlation-ID"),
-		route: route, base: baseURL(r), inputs: map[string]string{}, received: received,
+		route: route, base: baseURL(r), inputs: map[string]string{}, received: received, bodyRead: bodyRead,
 	}
 }
 
@@ -67,6 +68,7 @@ func (s *Server) createVideo(w http.ResponseWriter, r *http.Request) {
 	received := time.Now()
 	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 	f, e := readForm(r, true)
+	bodyRead := time.Now()
 	if e != nil {
 		s.reject(w, r, route, "", e)
 		return
@@ -87,7 +89,7 @@ func (s *Server) createVideo(w http.ResponseWriter, r *http.Request) {
 		s.reject(w, r, route, model, e)
 		return
 	}
-	info := newRequestInfo(r, route, received)
+	info := newRequestInfo(r, route, received, bodyRead)
 	info.inputs["prompt_sha256"] = digest([]byte(settings.Prompt))
 	j := s.newJob("video_", ".mp4", spec.TextToVideo, l, spec.Request{Settings: settings}, info)
 	if !s.admit(w, r, route, j) {
@@ -303,6 +305,7 @@ func (s *Server) createEdit(w http.ResponseWriter, r *http.Request) {
 	received := time.Now()
 	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 	f, e := readForm(r, false)
+	bodyRead := time.Now()
 	if e != nil {
 		s.reject(w, r, route, "", e)
 		return
@@ -323,7 +326,7 @@ func (s *Server) createEdit(w http.ResponseWriter, r *http.Request) {
 		s.reject(w, r, route, model, e)
 		return
 	}
-	info := newRequestInfo(r, route, received)
+	info := newRequestInfo(r, route, received, bodyRead)
 	info.inputs["prompt_sha256"] = digest([]byte(settings.Prompt))
 	info.inputs["reference_sha256"] = digest(refBytes)
 	info.inputs["reference_size"] = refSize.String()

@@ -52,6 +52,7 @@ type job struct {
 	status    string        // queued | in_progress | completed | failed
 	progress  int
 	received  time.Time // the request's handler began
+	bodyRead  time.Time // its body was in
 	created   time.Time
 	started   time.Time
 	laneIdx   int       // the index of the lane (the Task) that ran it
@@ -82,7 +83,7 @@ func (s *Server) newJob(prefix, ext string, kind spec.Capability, l *lane, req s
 		id: id, kind: kind, lane: l, req: req, requestID: r.requestID, correlationID: r.correlationID,
 		route: r.route, base: r.base, inputs: r.inputs,
 		path: filepath.Join(s.cfg.ArtifactDir, id+ext), ctx: ctx, cancel: cancel,
-		done: make(chan struct{}), changed: make(chan struct{}), status: "queued", received: r.received, created: time.Now(),
+		done: make(chan struct{}), changed: make(chan struct{}), status: "queued", received: r.received, bodyRead: r.bodyRead, created: time.Now(),
 	}
 }
 
@@ -261,7 +262,7 @@ func (j *job) timing() *Timing {
 	if j.started.IsZero() {
 		return &Timing{}
 	}
-	t := &Timing{ReceiveMS: ms(j.created.Sub(j.received)), QueueMS: ms(j.started.Sub(j.created))}
+	t := &Timing{ReceiveMS: ms(j.created.Sub(j.received)), ReceiveBodyMS: ms(j.bodyRead.Sub(j.received)), QueueMS: ms(j.started.Sub(j.created))}
 	if !j.completed.IsZero() {
 		t.TotalMS = ms(j.completed.Sub(j.received))
 	}

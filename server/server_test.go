@@ -8,6 +8,7 @@ import (
 	"image"
 	"image/color"
 	"image/png"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"mediaqual/fixtures"
 	"mediaqual/harness/media"
 	"mediaqual/models/spec"
 	"mediaqual/server"
@@ -557,4 +559,43 @@ func TestStreamedClipAndFaults(t *testing.T) {
 			assert.Equal(t, tc.frames, p.Frames)
 		})
 	}
+}
+
+// pausedReader sleeps once, before its first read: an upload that stalls halfway.
+type pausedReader struct {
+	d    time.Duration
+	done bool
+}
+
+func (p *pausedReader) Read([]byte) (int, error) {
+	if !p.done {
+		p.done = true
+		time.Sleep(p.d)
+	}
+	return 0, io.EOF
+}
+
+// TestReceiveBodyIsTheUpload: receive_body_ms is the part of receive_ms the client's upload
+// took: a body that stalls 300 ms halfway shows it there, and the decode after it is the rest.
+func TestReceiveBodyIsTheUpload(t *testing.T) {
+	e := start(t, server.Config{Models: []server.Model{{Checkpoint: fakeCheckpoint("fake", spec.ImageEdit), Task: &fakeTask{}}}})
+	ref, err := fixtures.Image("chelsea.png", 256, 256) // larger than the client's write buffer
+	require.NoError(t, err)
+	body, ct := multipartBody(t, map[string]string{"model": "fake", "prompt": "p", "size": "64x48"}, part{"image", "ref.png", ref})
+	b, err := io.ReadAll(body)
+	require.NoError(t, err)
+	timing := func(r response) (receive, upload float64) {
+		require.Equal(t, 200, r.status, "%s", r.body)
+		tm := r.json(t)["timing"].(map[string]any)
+		return tm["receive_ms"].(float64), tm["receive_body_ms"].(float64)
+	}
+	const pause = 300 * time.Millisecond
+	half := len(b) / 2
+	receive, upload := timing(e.do(t, "POST", "/v1/images/edits", ct,
+		io.MultiReader(bytes.NewReader(b[:half]), &pausedReader{d: pause}, bytes.NewReader(b[half:]))))
+	assert.GreaterOrEqual(t, upload, float64(pause.Milliseconds()), "the stall is in the upload")
+	assert.Greater(t, receive, upload, "the checks and the decode come after the upload")
+	receive, upload = timing(e.do(t, "POST", "/v1/images/edits", ct, bytes.NewReader(b)))
+	assert.Less(t, upload, float64(pause.Milliseconds()))
+	assert.Greater(t, receive, upload)
 }
