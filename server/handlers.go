@@ -67,7 +67,7 @@ func (s *Server) createVideo(w http.ResponseWriter, r *http.Request) {
 	const route = "POST /v1/videos"
 	received := time.Now()
 	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
-	f, e := readForm(r, true)
+	f, e := readForm(r, true, s.cfg.MaxBodyBytes)
 	bodyRead := time.Now()
 	if e != nil {
 		s.reject(w, r, route, "", e)
@@ -304,14 +304,14 @@ func (s *Server) createEdit(w http.ResponseWriter, r *http.Request) {
 	const route = "POST /v1/images/edits"
 	received := time.Now()
 	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
-	f, e := readForm(r, false)
+	f, e := readForm(r, false, s.cfg.MaxBodyBytes)
 	bodyRead := time.Now()
 	if e != nil {
 		s.reject(w, r, route, "", e)
 		return
 	}
 	model := f.values["model"]
-	ref, refBytes, respFormat, e := s.editInputs(f)
+	ref, refBytes, refSum, respFormat, e := s.editInputs(f)
 	if e == nil {
 		_, e = s.laneFor(model, spec.ImageEdit)
 	}
@@ -328,7 +328,7 @@ func (s *Server) createEdit(w http.ResponseWriter, r *http.Request) {
 	}
 	info := newRequestInfo(r, route, received, bodyRead)
 	info.inputs["prompt_sha256"] = digest([]byte(settings.Prompt))
-	info.inputs["reference_sha256"] = digest(refBytes)
+	info.inputs["reference_sha256"] = refSum
 	info.inputs["reference_size"] = refSize.String()
 	j := s.newJob("img_", ".png", spec.ImageEdit, l, spec.Request{Settings: settings, Reference: ref, ReferenceFile: refBytes}, info)
 	if !s.admit(w, r, route, j) {
@@ -346,45 +346,47 @@ func (s *Server) createEdit(w http.ResponseWriter, r *http.Request) {
 	s.respondEdit(w, j, respFormat)
 }
 
-// editInputs validates the route-level edit fields and decodes the one reference image.
-func (s *Server) editInputs(f *form) (image.Image, []byte, string, *apiError) {
+// editInputs validates the route-level edit fields and decodes the one reference image,
+// digesting the upload meanwhile.
+func (s *Server) editInputs(f *form) (img image.Image, upload []byte, sum, respFormat string, e *apiError) {
 	for _, name := range sortedKeys(f.files) {
 		switch name {
 		case "image", "image[]":
 		case "mask":
-			return nil, nil, "", unsupportedParam("mask", "masks are outside the image_edit workload: the whole image is edited")
+			return nil, nil, "", "", unsupportedParam("mask", "masks are outside the image_edit workload: the whole image is edited")
 		default:
-			return nil, nil, "", unsupportedParam(name, "unknown file field %q; send the reference as image", name)
+			return nil, nil, "", "", unsupportedParam(name, "unknown file field %q; send the reference as image", name)
 		}
 	}
 	refs := append(f.files["image"], f.files["image[]"]...)
 	switch {
 	case len(refs) == 0:
-		return nil, nil, "", invalid("image", "a reference image file is required in field image")
+		return nil, nil, "", "", invalid("image", "a reference image file is required in field image")
 	case len(refs) > 1:
-		return nil, nil, "", unsupportedValue("image", "exactly one reference image is accepted, got %d", len(refs))
+		return nil, nil, "", "", unsupportedValue("image", "exactly one reference image is accepted, got %d", len(refs))
 	}
 	if n, ok := f.values["n"]; ok && strings.TrimSpace(n) != "1" {
-		return nil, nil, "", unsupportedValue("n", "n must be 1, got %q", n)
+		return nil, nil, "", "", unsupportedValue("n", "n must be 1, got %q", n)
 	}
-	respFormat := "b64_json"
+	respFormat = "b64_json"
 	if v, ok := f.values["response_format"]; ok {
 		if v != "b64_json" && v != "url" {
-			return nil, nil, "", unsupportedValue("response_format", "response_format must be b64_json or url, got %q", v)
+			return nil, nil, "", "", unsupportedValue("response_format", "response_format must be b64_json or url, got %q", v)
 		}
 		respFormat = v
 	}
 	if v, ok := f.values["output_format"]; ok && v != "png" {
-		return nil, nil, "", unsupportedValue("output_format", "output_format must be png, got %q", v)
+		return nil, nil, "", "", unsupportedValue("output_format", "output_format must be png, got %q", v)
 	}
 	for _, k := range []string{"model", "n", "response_format", "output_format"} {
 		delete(f.values, k)
 	}
-	img, e := decodeReference(refs[0], s.cfg.MaxPixels)
-	if e != nil {
-		return nil, nil, "", e
+	digested := make(chan string, 1)
+	go func() { digested <- digest(refs[0]) }()
+	if img, e = decodeReference(refs[0], s.cfg.MaxPixels); e != nil {
+		return nil, nil, "", "", e
 	}
-	return img, refs[0], respFormat, nil
+	return img, refs[0], <-digested, respFormat, nil
 }
 
 // decodeReference decodes an uploaded reference, checking its dimensions before allocating.

@@ -3,7 +3,9 @@ package server_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"image"
 	"image/color"
@@ -598,4 +600,15 @@ func TestReceiveBodyIsTheUpload(t *testing.T) {
 	receive, upload = timing(e.do(t, "POST", "/v1/images/edits", ct, bytes.NewReader(b)))
 	assert.Less(t, upload, float64(pause.Milliseconds()))
 	assert.Greater(t, receive, upload)
+	// The first body came chunked, the second with its length (read into a buffer of that
+	// size): both uploads are recorded whole.
+	sum := sha256.Sum256(ref)
+	var jobs int
+	for _, en := range e.ledger.entries(t) {
+		if en.Event == "job" {
+			jobs++
+			assert.Equal(t, hex.EncodeToString(sum[:]), en.Inputs["reference_sha256"])
+		}
+	}
+	assert.Equal(t, 2, jobs)
 }
