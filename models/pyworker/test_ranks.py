@@ -191,20 +191,37 @@ class GroupLoadTest(unittest.TestCase):
 class TinyPipelineTest(unittest.TestCase):
     """A real tiny WanPipeline on 2 ranks against itself alone (testdata/tiny_wan_parallel.py)."""
 
-    def parallel(self, *args):
-        out = subprocess.run([sys.executable, os.path.join(HERE, "testdata", "tiny_wan_parallel.py"), *args],
-                             capture_output=True, text=True, timeout=300)
-        self.assertEqual(out.returncode, 0, out.stderr[-4000:])
-        return json.loads(out.stdout.strip().splitlines()[-1])
+    # Every scenario runs in one invocation, in these two ranks, each over a fresh pipeline:
+    # the ranks import torch and diffusers once, not once a scenario. The one expected to
+    # raise (on both ranks) runs last.
+    SCENARIOS = ("cfg-2", "cfg-2 --break-exchange", "ulysses-2", "ulysses-2 --odd --plain-ulysses")
+
+    @classmethod
+    def setUpClass(cls):
+        cls.out = subprocess.run([sys.executable, os.path.join(HERE, "testdata", "tiny_wan_parallel.py"), *cls.SCENARIOS],
+                                 capture_output=True, text=True, timeout=600)
+        cls.reports = {}
+        for line in cls.out.stdout.splitlines():
+            if line.startswith("{"):
+                r = json.loads(line)
+                cls.reports[r["scenario"]] = r
+
+    def parallel(self, scenario, raises=False):
+        """scenario's report; the invocation must have exited 0 with every scenario reported,
+        and scenario have raised ("errors") only where it is expected to."""
+        self.assertEqual(self.out.returncode, 0, self.out.stderr[-4000:])
+        self.assertEqual(sorted(self.reports), sorted(self.SCENARIOS), self.out.stdout)
+        r = self.reports[scenario]
+        self.assertEqual(r["layout"], scenario.split()[0], r)
+        self.assertEqual("errors" in r, raises, "%s (stderr: %s)" % (r, self.out.stderr[-4000:]))
+        return r
 
     def test_an_even_split_refuses_a_sequence_it_cannot_halve(self):
         """Why parallel.apply sets ulysses_anything: diffusers' even split fails on 3 tokens. The
         uneven split itself cannot run here: its last gather sends chunks of unequal size,
         which NCCL takes and gloo refuses, so it is left to the GPU."""
-        out = subprocess.run([sys.executable, os.path.join(HERE, "testdata", "tiny_wan_parallel.py"), "ulysses-2", "--odd",
-                              "--plain-ulysses"], capture_output=True, text=True, timeout=300)
-        self.assertNotEqual(out.returncode, 0)
-        self.assertIn("must be divisible by mesh size", out.stderr)
+        r = self.parallel("ulysses-2 --odd --plain-ulysses", raises=True)
+        self.assertIn("must be divisible by mesh size", " ".join(e or "" for e in r["errors"]), r)
 
     def test_cfg_2_gives_the_same_bytes_with_half_the_calls(self):
         r = self.parallel("cfg-2")
@@ -212,7 +229,7 @@ class TinyPipelineTest(unittest.TestCase):
         self.assertEqual(r["calls"], [r["steps"], r["steps"]], "each rank runs one branch a step")
 
     def test_cfg_2_without_its_exchange_differs(self):
-        r = self.parallel("cfg-2", "--break-exchange")
+        r = self.parallel("cfg-2 --break-exchange")
         self.assertFalse(r["equal"], r)
         self.assertGreater(r["differing"], 0, r)
 

@@ -1,13 +1,21 @@
 #!/usr/bin/env python3
 """A tiny real diffusers WanPipeline (random weights, seeded) run by 2 ranks on the CPU with
-gloo under a layout of parallel.py, against the same pipeline run alone. Prints one JSON line
-from rank 0: {"layout", "equal", "differing", "calls": transformer calls per rank, "steps"}.
+gloo under a layout of parallel.py, against the same pipeline run alone, for each scenario in
+turn within the same two ranks (each on a fresh pipeline). Prints one JSON line per scenario
+from rank 0: {"scenario", "layout", "equal", "differing", "calls": transformer calls per rank,
+"steps"}, or, where the scenario raised, {"scenario", "layout", "errors": per rank, its
+"Type: message" or null}; the ranks then go on to the next scenario. Exits 0 once every scenario
+is reported, whether it raised or not.
 
-Usage: tiny_wan_parallel.py LAYOUT [--break-exchange] [--odd] [--plain-ulysses]
+Usage: tiny_wan_parallel.py SCENARIO [SCENARIO ...]
+  SCENARIO: one argument, a layout and its flags, e.g. "cfg-2 --break-exchange":
   --break-exchange: cfg-2 without its all_gather (each rank keeps its placeholder), which
   must not give the alone-run's frames: the comparison can fail.
   --odd: a clip of 3 tokens, which 2 ranks cannot split evenly.
   --plain-ulysses: diffusers' even-split Ulysses on 2 ranks instead of parallel.apply's.
+A scenario that raises on one rank only leaves the ranks out of step (one in a collective the
+other never joins): put one that may raise last, as test_ranks.py does with "ulysses-2 --odd
+--plain-ulysses", which raises on both ranks at the same point.
 
 Two things make diffusers 0.42.1's context parallelism run on a CPU at all, both patched here
 only (never in the adapters): enable_parallelism divides the rank by
@@ -19,6 +27,7 @@ import json
 import logging
 import os
 import sys
+import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # models/
 
@@ -75,15 +84,25 @@ def counted(transformer):
     return calls
 
 
-def rank_main(rank, layout, store, broken, odd, plain):
-    dist.init_process_group("cpu:gloo", init_method="file://" + store, rank=rank, world_size=2)
-    torch.accelerator.device_count = lambda: 1
-    logging.Logger.warning_once = logging.Logger.warning
+FLAGS = ("--break-exchange", "--odd", "--plain-ulysses")
+
+
+def parse(scenario):
+    """A scenario argument: its layout and its flags, each of FLAGS."""
+    layout, *flags = scenario.split()
+    unknown = [f for f in flags if f not in FLAGS]
+    if unknown:
+        raise SystemExit("scenario %r: unknown flags %s (known: %s)" % (scenario, unknown, ", ".join(FLAGS)))
+    return layout, set(flags)
+
+
+def run_scenario(rank, layout, flags):
+    """One scenario on this rank over a fresh pipeline: rank 0 returns its report."""
     pipe = pipeline()
-    shape = ODD if odd else SHAPE
+    shape = ODD if "--odd" in flags else SHAPE
     alone = generate(pipe, shape) if rank == 0 else None
     calls = counted(pipe.transformer)
-    if plain:  # diffusers' even split, without parallel.apply's ulysses_anything
+    if "--plain-ulysses" in flags:  # diffusers' even split, without parallel.apply's ulysses_anything
         from diffusers import ContextParallelConfig
 
         pipe.transformer.enable_parallelism(config=ContextParallelConfig(ulysses_degree=2))
@@ -92,7 +111,7 @@ def rank_main(rank, layout, store, broken, odd, plain):
         cfg = parallel.apply(pipe, layout, rank, torch)
     if cfg is not None:
         cfg.begin(True)  # guidance 5 and a negative prompt: both branches run
-        if broken:
+        if "--break-exchange" in flags:
             cfg._exchange = lambda cond, uncond: None
     frames = generate(pipe, shape)
     all_calls = [None, None]
@@ -100,22 +119,43 @@ def rank_main(rank, layout, store, broken, odd, plain):
     if rank == 0:
         # A broken exchange leaves uninitialised placeholders, so its frames may hold NaN: count
         # the values that differ (NaN differs from everything) rather than take a maximum.
-        print(json.dumps({"layout": layout, "equal": bool(torch.equal(alone, frames)),
-                          "differing": int((alone != frames).sum()), "calls": all_calls, "steps": STEPS}),
-              flush=True)
+        return {"equal": bool(torch.equal(alone, frames)), "differing": int((alone != frames).sum()),
+                "calls": all_calls, "steps": STEPS}
+    return None
+
+
+def rank_main(rank, scenarios, store):
+    dist.init_process_group("cpu:gloo", init_method="file://" + store, rank=rank, world_size=2)
+    torch.accelerator.device_count = lambda: 1
+    logging.Logger.warning_once = logging.Logger.warning
+    for scenario in scenarios:
+        layout, flags = parse(scenario)
+        error = None
+        try:
+            report = run_scenario(rank, layout, flags)
+        except Exception as e:  # reported as the scenario's outcome; both ranks go on
+            traceback.print_exc()
+            report, error = None, "%s: %s" % (type(e).__name__, e)
+        errors = [None, None]
+        dist.all_gather_object(errors, error)
+        if rank == 0:
+            out = {"scenario": scenario, "layout": layout}
+            out.update({"errors": errors} if any(errors) else report)
+            print(json.dumps(out), flush=True)
     dist.destroy_process_group()
 
 
 def main():
-    layout = sys.argv[1]
-    broken = "--break-exchange" in sys.argv[2:]
-    odd = "--odd" in sys.argv[2:]
-    plain = "--plain-ulysses" in sys.argv[2:]
+    scenarios = sys.argv[1:]
+    if not scenarios:
+        raise SystemExit(__doc__)
+    for scenario in scenarios:
+        parse(scenario)
     import tempfile
 
     # A file rendezvous: no port to race for with the other tests running beside this one.
     with tempfile.TemporaryDirectory() as tmp:
-        mp.spawn(rank_main, args=(layout, os.path.join(tmp, "store"), broken, odd, plain), nprocs=2)
+        mp.spawn(rank_main, args=(scenarios, os.path.join(tmp, "store")), nprocs=2)
 
 
 if __name__ == "__main__":
