@@ -20,19 +20,41 @@ python3-venv:
 	@python3 -c 'import venv, ensurepip' 2>/dev/null || { echo "installing Debian python3-venv"; \
 		$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv; }
 
-# The published AIPerf, pinned, in a virtualenv under .cache (MEDIAQUAL_AIPERF_VENV overrides).
+# Both virtualenvs are built once per machine, in VENV_CACHE under names that change with what
+# they hold, and linked into .cache/ where the tests look: another clone (CI's fresh one, for
+# one) reuses them instead of installing again (4-6 minutes of CPU, docs/PERFORMANCE.md). A
+# .cache/ venv that is a directory of its own is used as it is; MEDIAQUAL_AIPERF_VENV and
+# MEDIAQUAL_TORCH_VENV put either anywhere else.
+VENV_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/mediaqual
+AIPERF_VERSION := 0.13.0# harness/aiperf.Version (TestMakefilePinsAIPerf)
+
+# The published AIPerf, pinned, in a virtualenv (harness/aiperf.Ensure installs and checks it).
 aiperf: python3-venv
+ifeq ($(MEDIAQUAL_AIPERF_VENV),)
+	@if [ -d .cache/aiperf-$(AIPERF_VERSION) ] && [ ! -L .cache/aiperf-$(AIPERF_VERSION) ]; then \
+		$(GO) run ./internal/aiperfinstall; \
+	else \
+		mkdir -p .cache && MEDIAQUAL_AIPERF_VENV=$(VENV_CACHE)/aiperf-$(AIPERF_VERSION) $(GO) run ./internal/aiperfinstall && \
+		ln -sfn $(VENV_CACHE)/aiperf-$(AIPERF_VERSION) .cache/aiperf-$(AIPERF_VERSION); \
+	fi
+else
 	$(GO) run ./internal/aiperfinstall
+endif
 
 # torch, diffusers and transformers for the CPU tests of several ranks (gloo) and of every
-# adapter on a tiny real pipeline, in a
-# virtualenv under .cache (MEDIAQUAL_TORCH_VENV overrides; models/pyworker/ranks_test.go).
+# adapter on a tiny real pipeline (models/pyworker/pytest.go finds it), keyed by
+# scripts/torch-cpu.txt's digest in VENV_CACHE.
 TORCH_VENV ?= $(or $(MEDIAQUAL_TORCH_VENV),.cache/torch-2.11.0)
+TORCH_SHARED := $(VENV_CACHE)/torch-2.11.0-$(shell sha256sum scripts/torch-cpu.txt | cut -c1-12)
 torch: python3-venv
-	@if ! $(TORCH_VENV)/bin/python -c 'import torch, torchvision, diffusers, transformers, accelerate, numpy' 2>/dev/null; then \
-		echo "installing scripts/torch-cpu.txt into $(TORCH_VENV)"; \
-		python3 -m venv $(TORCH_VENV) && $(TORCH_VENV)/bin/pip install -q --disable-pip-version-check -r scripts/torch-cpu.txt; \
-	fi
+	@venv=$(TORCH_VENV); \
+	if [ "$$venv" = .cache/torch-2.11.0 ] && [ ! -d $$venv -o -L $$venv ]; then venv=$(TORCH_SHARED); fi; \
+	mkdir -p $$(dirname $$venv); \
+	flock $$venv.lock sh -c 'if ! $$1/bin/python -c "import torch, torchvision, diffusers, transformers, accelerate, numpy" 2>/dev/null; then \
+		echo "installing scripts/torch-cpu.txt into $$1"; \
+		python3 -m venv --clear $$1 && $$1/bin/pip install -q --disable-pip-version-check -r scripts/torch-cpu.txt; \
+	fi' sh $$venv; \
+	if [ "$$venv" = $(TORCH_SHARED) ]; then mkdir -p .cache && ln -sfn $$venv .cache/torch-2.11.0; fi
 
 # Debian's Chromium renders the HTML report in its test.
 chromium:

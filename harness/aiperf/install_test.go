@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -36,4 +37,14 @@ func TestEnsureRefusesAnotherVersion(t *testing.T) {
 	t.Setenv("PATH", t.TempDir()) // nothing to reinstall with
 	_, err = aiperf.Ensure(context.Background(), venv, nil)
 	assert.ErrorContains(t, err, "aiperf install: no Python 3.11-3.13 on PATH")
+}
+
+// The Makefile names the shared virtualenv after the pin (make aiperf): the two must agree, or
+// make would link a venv of another version where the tests look.
+func TestMakefilePinsAIPerf(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(moduleRoot(t), "Makefile"))
+	require.NoError(t, err)
+	m := regexp.MustCompile(`(?m)^AIPERF_VERSION := ([^#\s]+)`).FindSubmatch(b)
+	require.NotNil(t, m, "no AIPERF_VERSION in the Makefile")
+	assert.Equal(t, aiperf.Version, string(m[1]))
 }
