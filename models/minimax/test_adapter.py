@@ -666,6 +666,46 @@ def build_config_only(out, tiny=True, seed=0):
     return os.path.join(out, "MiniMaxAI", "MiniMax-H3")
 
 
+# The tiny config-only bundle (seed 0) InMemoryBuildTest and InMemoryPipelineTest both read:
+# built once for the module, removed after it; tearDownModule fails the run if a test changed it.
+_shared = {}
+
+
+def shared_config_only():
+    """The shared bundle's directory, built by the first class that asks."""
+    if not _shared:
+        tmp = tempfile.mkdtemp()
+        try:
+            bundle = build_config_only(tmp)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        _shared.update(tmp=tmp, bundle=bundle, files=tree_digest(bundle))
+    return _shared["bundle"]
+
+
+def tree_digest(d):
+    """Every file under d: its path and SHA-256."""
+    import hashlib
+
+    out = {}
+    for root, _, files in os.walk(d):
+        for name in files:
+            path = os.path.join(root, name)
+            with open(path, "rb") as f:
+                out[os.path.relpath(path, d)] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+def tearDownModule():
+    if _shared:
+        try:
+            if tree_digest(_shared["bundle"]) != _shared["files"]:
+                raise AssertionError("the shared config-only bundle %s was changed by a test" % _shared["bundle"])
+        finally:
+            shutil.rmtree(_shared["tmp"], ignore_errors=True)
+
+
 @testing.needs("torch", "diffusers", "transformers", "accelerate", "torchvision")
 class InMemoryBuildTest(unittest.TestCase):
     """The adapter's in-memory build, tiny, on CPU, against what a normal construction and the
@@ -673,8 +713,8 @@ class InMemoryBuildTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp()
-        cls.bundle = build_config_only(cls.tmp)
+        cls.tmp = tempfile.mkdtemp()  # this class's own files
+        cls.bundle = shared_config_only()
 
     @classmethod
     def tearDownClass(cls):
@@ -775,8 +815,8 @@ class InMemoryPipelineTest(testing.RealWorkerTestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp()
-        cls.bundle = build_config_only(cls.tmp)
+        cls.tmp = tempfile.mkdtemp()  # this class's own files
+        cls.bundle = shared_config_only()
         cls.start_worker(cls.argv("none"))
 
     @classmethod
