@@ -5,8 +5,10 @@ package pyworker
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -90,19 +92,21 @@ func UnitTests(t *testing.T, module string) { UnitTestsWith(t, Python(t), module
 
 // UnitTestsWith is UnitTests under another python (a virtualenv's).
 func UnitTestsWith(t *testing.T, python, module string) {
-	reportSkips(t, python, runUnitTests(t, python, ".", module))
+	reportSkips(t, python, runUnitTests(t, python, ".", module, nil))
 }
 
 // UnitTestClassesWith is UnitTestsWith with each TestCase class of the module in a python
 // process of its own, as parallel subtests named after the classes: a module whose classes each
 // start real pipelines takes about as long as its longest class rather than the sum. Each class
 // must run as many tests as unittest's loader finds in it, so none is left out. The classes
-// must share nothing but what each makes for itself.
-func UnitTestClassesWith(t *testing.T, python, module string) {
+// must share nothing but what each makes for itself, or what the caller made for them all and
+// names in env ("NAME=value" entries added to each process's environment), which they only read
+// (UnchangedAfter checks that).
+func UnitTestClassesWith(t *testing.T, python, module string, env ...string) {
 	for _, c := range testClasses(t, python, ".", module) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			out := runUnitTests(t, python, ".", module+"."+c.name)
+			out := runUnitTests(t, python, ".", module+"."+c.name, env)
 			m := ranCount.FindStringSubmatch(out)
 			require.NotNil(t, m, "no test count in the output")
 			require.Equal(t, strconv.Itoa(c.tests), m[1], "tests run of %s", c.name)
@@ -164,15 +168,52 @@ func reportSkips(t *testing.T, python, out string) {
 	}
 }
 
-func runUnitTests(t *testing.T, python, dir, module string) string {
+func runUnitTests(t *testing.T, python, dir, module string, env []string) string {
 	cmd := exec.Command(python, "-m", "unittest", "-v", module)
 	cmd.Dir = dir
-	cmd.Env = pyEnv()
+	cmd.Env = append(pyEnv(), env...)
 	out, err := cmd.CombinedOutput()
 	t.Logf("python3 -m unittest %s:\n%s", module, out)
 	require.NoError(t, err, "the Python unit tests fail")
 	require.Contains(t, string(out), "\nOK")
 	return string(out)
+}
+
+// Command is python with args, run in the test's directory under the Python tests' environment
+// (as the unit tests run): for what a test makes once before its Python classes start, such as
+// a bundle they share.
+func Command(python string, args ...string) *exec.Cmd {
+	cmd := exec.Command(python, args...)
+	cmd.Env = pyEnv()
+	return cmd
+}
+
+// UnchangedAfter records every file under dir (its path, size and SHA-256) and fails t, once t
+// and its subtests have ended, if any file was added, removed or changed: for a directory that
+// several tests share and must only read.
+func UnchangedAfter(t *testing.T, dir string) {
+	t.Helper()
+	before := dirDigest(t, dir)
+	t.Cleanup(func() { assert.Equal(t, before, dirDigest(t, dir), "%s is shared and read only, yet it changed", dir) })
+}
+
+func dirDigest(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	files := map[string]string{}
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(dir, path)
+		files[rel] = fmt.Sprintf("%d bytes sha256 %x", len(b), sha256.Sum256(b))
+		return err
+	})
+	require.NoError(t, err)
+	return files
 }
 
 // NotRunPrefix starts the reason of a test skipped because Python modules are missing

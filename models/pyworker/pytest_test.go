@@ -39,7 +39,7 @@ class NeedsAbsent(unittest.TestCase):
     def test_needs(self):
         pass
 `, root)), 0o644))
-	out := runUnitTests(t, Python(t), dir, "test_quiet")
+	out := runUnitTests(t, Python(t), dir, "test_quiet", nil)
 	assert.Contains(t, out, "OK (skipped=3)", "unittest itself calls this run OK")
 
 	notRun, problems := judgeSkips(out, importable(Python(t)))

@@ -15,10 +15,16 @@ import (
 // the way the row declares them.
 // The Python unit tests run under the CPU torch virtualenv (make torch), so the tiny real
 // pipeline runs too; its two classes that start one (TinyPipelineTest, CompiledEngineTest)
-// run side by side.
+// run side by side, over one tiny bundle built here first (test_adapter.build_tiny) and named
+// to both in MEDIAQUAL_QWENIMAGE_TINY, which they only read.
 
 func TestAdapterPythonUnitTests(t *testing.T) {
-	pyworker.UnitTestClassesWith(t, pyworker.TorchPython(t), "test_adapter")
+	python := pyworker.TorchPython(t)
+	tiny := t.TempDir()
+	out, err := pyworker.Command(python, "-c", "import sys, test_adapter; test_adapter.build_tiny(sys.argv[1])", tiny).CombinedOutput()
+	require.NoError(t, err, "building the tiny bundle: %s", out)
+	pyworker.UnchangedAfter(t, tiny)
+	pyworker.UnitTestClassesWith(t, python, "test_adapter", "MEDIAQUAL_QWENIMAGE_TINY="+tiny)
 }
 
 // mapScript reads a list of settings on stdin and prints, per item, the adapter's pipeline

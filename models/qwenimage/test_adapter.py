@@ -10,6 +10,7 @@ import io
 import json
 import os
 import re
+import shutil
 import struct
 import subprocess
 import sys
@@ -466,6 +467,51 @@ class BuildL0Test(unittest.TestCase):
         self.assertIn("TINY", build_l0.marker_text(build_l0.plan(tiny=True), 0, {}))
 
 
+# The tiny bundle TinyPipelineTest and CompiledEngineTest load, only ever read. adapter_test.go,
+# which runs each class in a python process of its own, builds it once (build_tiny) and names
+# its --out in TINY_ENV; without that variable it is built here, once for the process, into a
+# temporary directory.
+TINY_ENV = "MEDIAQUAL_QWENIMAGE_TINY"
+TINY_REPORT = "build_l0.stdout"  # build_l0.py's stdout (its JSON report last), beside the bundle
+_tiny = {}
+
+
+def build_tiny(out):
+    """build_l0.py --tiny --device cpu into the bundles root out, its stdout kept in out/TINY_REPORT."""
+    built = subprocess.run([sys.executable, os.path.join(HERE, "build_l0.py"), "--tiny", "--device", "cpu", "--out", out],
+                           check=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    with open(os.path.join(out, TINY_REPORT), "w") as f:
+        f.write(built.stdout)
+
+
+def tiny_bundle():
+    """The tiny bundle's directory and build_l0.py's JSON report of it."""
+    if "bundle" not in _tiny:
+        root = os.environ.get(TINY_ENV)
+        if not root:
+            root = tempfile.mkdtemp()
+            try:
+                build_tiny(root)
+            except BaseException:
+                shutil.rmtree(root, ignore_errors=True)
+                raise
+            _tiny["tmp"] = root
+        report = os.path.join(root, TINY_REPORT)
+        if not os.path.isfile(report):
+            raise RuntimeError("%s=%s holds no tiny bundle built by build_tiny (no %s there): unset it to build one here"
+                               % (TINY_ENV, root, TINY_REPORT))
+        with open(report) as f:
+            out = f.read()
+        _tiny["bundle"] = os.path.join(root, build_l0.BUNDLE)
+        _tiny["report"] = json.loads(out[out.index("\n{") + 1:])
+    return _tiny["bundle"], _tiny["report"]
+
+
+def tearDownModule():
+    if "tmp" in _tiny:
+        shutil.rmtree(_tiny["tmp"], ignore_errors=True)
+
+
 @testing.needs("torch", "diffusers", "transformers", "accelerate", "numpy", "PIL", "torchvision")
 class TinyPipelineTest(testing.RealWorkerTestCase):
     """The real path end to end, on CPU: build_l0.py --tiny writes a bundle, adapter.py (a
@@ -476,11 +522,8 @@ class TinyPipelineTest(testing.RealWorkerTestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp()
-        built = subprocess.run([sys.executable, os.path.join(HERE, "build_l0.py"), "--tiny", "--device", "cpu", "--out", cls.tmp],
-                               check=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        cls.report = json.loads(built.stdout[built.stdout.index("\n{") + 1:])
-        cls.bundle = os.path.join(cls.tmp, build_l0.BUNDLE)
+        cls.bundle, cls.report = tiny_bundle()
+        cls.tmp = tempfile.mkdtemp()  # this class's own files: references, outputs
         cls.ref = os.path.join(cls.tmp, "ref.png")
         write_png(cls.ref, 40, 24, alpha=True)
         cls.start_worker([sys.executable, os.path.join(HERE, "adapter.py"), "--bundle", cls.bundle, "--device", "cpu"])
@@ -574,9 +617,6 @@ print(json.dumps(out))
         self.assertEqual(self.proc.wait(30), 0)
 
 
-if __name__ == "__main__":
-    unittest.main()
-
 
 @testing.needs("torch", "diffusers", "transformers", "accelerate", "numpy", "PIL", "torchvision")
 class CompiledEngineTest(testing.RealWorkerTestCase):
@@ -587,13 +627,12 @@ class CompiledEngineTest(testing.RealWorkerTestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp()
-        subprocess.run([sys.executable, os.path.join(HERE, "build_l0.py"), "--tiny", "--device", "cpu", "--out", cls.tmp],
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        bundle, _ = tiny_bundle()
+        cls.tmp = tempfile.mkdtemp()  # this class's own files: reference, log, outputs
         cls.ref = os.path.join(cls.tmp, "ref.png")
         write_png(cls.ref, 96, 64)  # 3:2, as the 48x32 warm-up
         cls.log = open(os.path.join(cls.tmp, "worker.log"), "w+")
-        cls.start_worker([sys.executable, os.path.join(HERE, "adapter.py"), "--bundle", os.path.join(cls.tmp, build_l0.BUNDLE),
+        cls.start_worker([sys.executable, os.path.join(HERE, "adapter.py"), "--bundle", bundle,
                           "--device", "cpu", "--engine", "regional-compile", "--warmup-size", "48x32"], stderr=cls.log)
 
     @classmethod
@@ -627,3 +666,6 @@ class CompiledEngineTest(testing.RealWorkerTestCase):
         compiled = re.findall(r"job (\w+): the compiled engine compiled \d+ new graph", self.log.read())
         self.assertEqual(compiled, ["d"], "only the job with new shapes compiled")
 
+
+if __name__ == "__main__":
+    unittest.main()
