@@ -65,6 +65,7 @@ func TestFramesStreamFromTheRealAdapter(t *testing.T) {
 	w, err := whole.Pixels()
 	require.NoError(t, err)
 	assert.Equal(t, w.Pix, v.Pix, "streaming changes no byte")
+	require.NoError(t, task.Close(), "Close waits for the jobs' scratch files to go")
 	entries, err := os.ReadDir(filepath.Join(dir, "scratch"))
 	require.NoError(t, err)
 	assert.Empty(t, entries, "no raw frame file is left behind")

@@ -57,7 +57,7 @@ func newTask(t testing.TB, mode string, tweak ...func(*Config, *Task)) fixture {
 	t.Cleanup(func() {
 		pid := workerPID(task)
 		assert.NoError(t, task.Close())
-		assertScratchEmpty(t, scratch)
+		assertScratchEmpty(t, task, scratch)
 		if pid > 0 {
 			proctest.AssertGone(t, pid, 3*time.Second)
 		}
@@ -77,8 +77,10 @@ func workerPID(task *Task) int {
 	return task.p.pid
 }
 
-func assertScratchEmpty(t testing.TB, dir string) {
+// assertScratchEmpty checks dir once task's background removals are done.
+func assertScratchEmpty(t testing.TB, task *Task, dir string) {
 	t.Helper()
+	task.removals.wait()
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return
@@ -147,7 +149,7 @@ func TestRunOK(t *testing.T) {
 	assert.Greater(t, out.TaskWall, time.Duration(0))
 	assert.Equal(t, 1234.5, out.PeakMemoryMB)
 	assert.Equal(t, [][2]int{{1, 4}, {2, 4}, {3, 4}, {4, 4}}, progress)
-	assertScratchEmpty(t, fx.scratch)
+	assertScratchEmpty(t, fx.task, fx.scratch)
 
 	// A second job on the same process.
 	out, err = fx.task.Run(ctx, videoReq("a dog", 9, 1, 1))
@@ -221,7 +223,7 @@ func TestImageEditReference(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 0, out.Actual.NumFrames)
-	assertScratchEmpty(t, fx.scratch)
+	assertScratchEmpty(t, fx.task, fx.scratch)
 }
 
 func TestCrashRestarts(t *testing.T) {
@@ -234,7 +236,7 @@ func TestCrashRestarts(t *testing.T) {
 	se := requireCode(t, err, CodeCrashed)
 	assert.Contains(t, se.Message, "exit status 3")
 	assert.Contains(t, se.Message, "boom: simulated segfault")
-	assertScratchEmpty(t, fx.scratch)
+	assertScratchEmpty(t, fx.task, fx.scratch)
 	proctest.AssertGone(t, oldPID, 3*time.Second)
 
 	out, err := fx.task.Run(ctx, videoReq("a calm lake", 2, 5, 4))
@@ -256,7 +258,7 @@ func TestStdoutClosedMidJob(t *testing.T) {
 	assert.Contains(t, se.Message, "closing stdout and staying alive")
 	assert.Less(t, time.Since(start), 3*time.Second)
 	proctest.AssertGone(t, oldPID, 3*time.Second) // killed, though it would have slept on
-	assertScratchEmpty(t, fx.scratch)
+	assertScratchEmpty(t, fx.task, fx.scratch)
 
 	out, err := fx.task.Run(ctx, videoReq("fine", 4, 1, 1))
 	require.NoError(t, err)
@@ -289,7 +291,7 @@ func TestBadBytes(t *testing.T) {
 	want := 5 * 8 * 6 * 3
 	assert.Contains(t, se.Message, fmt.Sprintf("expected %d bytes", want))
 	assert.Contains(t, se.Message, fmt.Sprintf("got %d", want-7))
-	assertScratchEmpty(t, fx.scratch)
+	assertScratchEmpty(t, fx.task, fx.scratch)
 }
 
 func TestMalformedResult(t *testing.T) {
@@ -297,7 +299,7 @@ func TestMalformedResult(t *testing.T) {
 	_, err := fx.task.Run(context.Background(), videoReq("x", 1, 5, 2))
 	se := requireCode(t, err, CodeBadOutput)
 	assert.Contains(t, se.Message, "malformed result line")
-	assertScratchEmpty(t, fx.scratch)
+	assertScratchEmpty(t, fx.task, fx.scratch)
 }
 
 func TestErrorEvent(t *testing.T) {
@@ -305,7 +307,7 @@ func TestErrorEvent(t *testing.T) {
 	_, err := fx.task.Run(context.Background(), videoReq("x", 1, 5, 2))
 	se := requireCode(t, err, "out_of_memory")
 	assert.Equal(t, "CUDA out of memory (simulated)", se.Message)
-	assertScratchEmpty(t, fx.scratch)
+	assertScratchEmpty(t, fx.task, fx.scratch)
 	assert.Equal(t, 0, fx.task.Restarts())
 }
 
@@ -324,7 +326,7 @@ func TestCancel(t *testing.T) {
 	_, err := fx.task.Run(ctx, req)
 	require.ErrorIs(t, err, context.Canceled)
 	assert.Less(t, time.Since(start), time.Second)
-	assertScratchEmpty(t, fx.scratch)
+	assertScratchEmpty(t, fx.task, fx.scratch)
 
 	out, err := fx.task.Run(context.Background(), videoReq("the next one", 99, 3, 2))
 	require.NoError(t, err)
@@ -339,7 +341,7 @@ func TestCancelIgnoredWaitsForJobEnd(t *testing.T) {
 	ctx, req := cancelOnFirstProgress(videoReq("ignores cancel", 1, 5, 15)) // ~300 ms
 	_, err := fx.task.Run(ctx, req)
 	require.ErrorIs(t, err, context.Canceled)
-	assertScratchEmpty(t, fx.scratch)
+	assertScratchEmpty(t, fx.task, fx.scratch)
 
 	// The worker finished the cancelled job; its result was discarded, not handed on.
 	out, err := fx.task.Run(context.Background(), videoReq("the next one", 7, 2, 1))
@@ -357,7 +359,7 @@ func TestCancelIgnoredKillsAfterGrace(t *testing.T) {
 	_, err := fx.task.Run(ctx, req)
 	require.ErrorIs(t, err, context.Canceled)
 	assert.Less(t, time.Since(start), time.Second)
-	assertScratchEmpty(t, fx.scratch)
+	assertScratchEmpty(t, fx.task, fx.scratch)
 	proctest.AssertGone(t, oldPID, 3*time.Second)
 
 	out, err := fx.task.Run(context.Background(), videoReq("the next one", 7, 2, 1))
@@ -426,7 +428,7 @@ func TestRestartFails(t *testing.T) {
 	se := requireCode(t, err, CodeUnavailable)
 	assert.Contains(t, se.Message, "second start refused")
 	assert.Equal(t, 1, fx.task.Restarts())
-	assertScratchEmpty(t, fx.scratch)
+	assertScratchEmpty(t, fx.task, fx.scratch)
 }
 
 func TestCloseKillsProcessGroup(t *testing.T) {
@@ -478,7 +480,7 @@ func TestConcurrentRunsAreSerialized(t *testing.T) {
 		require.NoError(t, errs[i])
 		requireFrames(t, outs[i], int64(100+i), 2, 8, 6)
 	}
-	assertScratchEmpty(t, fx.scratch)
+	assertScratchEmpty(t, fx.task, fx.scratch)
 }
 
 // TestStreamFrames: frames events hand each announced chunk to Request.Frames as a slice of
@@ -517,7 +519,7 @@ func TestStreamFrames(t *testing.T) {
 		})
 	}
 	assert.Equal(t, 0, fx.task.Restarts())
-	assertScratchEmpty(t, fx.scratch)
+	assertScratchEmpty(t, fx.task, fx.scratch)
 }
 
 // TestBadFrames: each breach of the frames rules fails its job with bad_worker_output naming
@@ -546,7 +548,7 @@ func TestBadFrames(t *testing.T) {
 			_, err := fx.task.Run(ctx, videoReq(name, 1, 5, 2))
 			se := requireCode(t, err, CodeBadOutput)
 			assert.Contains(t, se.Message, want[name])
-			assertScratchEmpty(t, fx.scratch)
+			assertScratchEmpty(t, fx.task, fx.scratch)
 
 			out, err := fx.task.Run(ctx, videoReq("fine", 3, 5, 2))
 			require.NoError(t, err, "the worker serves the next job")
@@ -576,4 +578,40 @@ func TestStreamReadsEachByteOnce(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, raw, v.Pix, "the announced frames as first read, the rest as the result found it")
 	assert.Same(t, &pix[0], &v.Pix[0])
+}
+
+// TestScratchRemovedAfterRun: a job's scratch files are removed after Run has returned, not in
+// its hand-over, and Close returns only once they are gone.
+func TestScratchRemovedAfterRun(t *testing.T) {
+	release := make(chan struct{})
+	fx := newTask(t, "ok", func(_ *Config, task *Task) {
+		task.remove = func(path string) error { <-release; return os.Remove(path) }
+	})
+	ran := make(chan error, 1)
+	go func() {
+		_, err := fx.task.Run(context.Background(), videoReq("a cat", 1, 2, 1))
+		ran <- err
+	}()
+	select {
+	case err := <-ran:
+		require.NoError(t, err)
+	case <-time.After(20 * time.Second):
+		close(release)
+		t.Fatal("Run waited for its scratch files' removal")
+	}
+	entries, err := os.ReadDir(fx.scratch)
+	require.NoError(t, err)
+	assert.NotEmpty(t, entries, "the output file is still there: its removal is held back")
+
+	closed := make(chan error, 1)
+	go func() { closed <- fx.task.Close() }()
+	select {
+	case <-closed:
+		close(release)
+		t.Fatal("Close returned while a removal was pending")
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(release)
+	require.NoError(t, <-closed)
+	assertScratchEmpty(t, fx.task, fx.scratch)
 }
