@@ -2,8 +2,10 @@ package mediaqual_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +16,7 @@ import (
 
 	qual "mediaqual/harness/qualify"
 	"mediaqual/internal/casegen"
+	"mediaqual/reports"
 )
 
 // faultCases pairs every injectable fault with the checkpoint it is tried on and the check
@@ -64,13 +67,21 @@ func TestFaultsAreCaught(t *testing.T) {
 			defer cancel()
 			name := casegen.TestName(fc.checkpoint)
 			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run", "^"+name+"$", "-test.v", "-test.count=1")
-			// The child launches the mediaserve this run built rather than building its own.
+			// The child launches the mediaserve this run built rather than building its own, and
+			// writes its report here: the row must say failed too.
+			reportDir := t.TempDir()
 			cmd.Env = append(withoutEnv(os.Environ(), "MEDIAQUAL_REPORT_DIR", "MEDIAQUAL_MEDIASERVE"), qual.EnvFault+"="+fc.fault,
-				"MEDIAQUAL_REQUEST_TIMEOUT=4s", "MEDIAQUAL_MEDIASERVE="+config.Mediaserve)
+				"MEDIAQUAL_REQUEST_TIMEOUT=4s", "MEDIAQUAL_MEDIASERVE="+config.Mediaserve, "MEDIAQUAL_REPORT_DIR="+reportDir)
 			out, err := cmd.CombinedOutput()
 			require.Error(t, err, "%s passed with fault %s switched on:\n%s", name, fc.fault, out)
 			assert.Contains(t, string(out), "--- FAIL: "+name, "the case itself must fail")
 			assert.Contains(t, string(out), "check "+fc.check+":", "fault %s must be caught by check %s; output:\n%s", fc.fault, fc.check, lastLines(string(out), 40))
+			b, err := os.ReadFile(filepath.Join(reportDir, "results.json"))
+			require.NoError(t, err, "the child's report")
+			var rep reports.Report
+			require.NoError(t, json.Unmarshal(b, &rep))
+			require.Len(t, rep.Rows, 1)
+			assert.Equal(t, reports.Failed, rep.Rows[0].Outcome, "the report's row of a failed case")
 		})
 	}
 }

@@ -63,13 +63,16 @@ type NotCompared struct{ Why string }
 func (n NotCompared) Error() string { return "not compared: " + n.Why }
 
 // Run qualifies entry against cfg's target, running each stage of stages.For(entry) as a
-// subtest, and returns the result row. A failed stage fails t.
-func Run(t *testing.T, entry spec.Entry, cfg Config) reports.Row {
+// subtest, and returns the result row. A failed stage fails t, and the row's outcome.
+// (row is the named result so that what the deferred function settles, the outcome above all,
+// is what Run returns: with an unnamed one, `return row` copied the row before it ran, and
+// rows whose stages failed were reported "passed".)
+func Run(t *testing.T, entry spec.Entry, cfg Config) (row reports.Row) {
 	start := time.Now()
 	if cfg.Target.Profile.Name == "" {
 		cfg.Target.Profile = wire.Mediaserve
 	}
-	row := NewRow(entry)
+	row = NewRow(entry)
 	c := &Case{T: t, Entry: entry, Config: cfg, Row: &row, ctx: context.Background()}
 	defer func() {
 		row.Duration = time.Since(start).Round(time.Millisecond).String()
