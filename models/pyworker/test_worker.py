@@ -198,10 +198,6 @@ class PhasesTest(unittest.TestCase):
         self.assertTrue(all(a <= z for _, a, z in b.marks))
 
 
-if __name__ == "__main__":
-    unittest.main()
-
-
 class LayoutTest(unittest.TestCase):
     def test_layouts_parse_as_spec_layout_does(self):
         for layout, want in ((None, ("single", 1)), ("single", ("single", 1)), ("cfg-2", ("cfg", 2)),
@@ -278,3 +274,7 @@ class PausesTest(unittest.TestCase):
                             for line in logs), logs)
         self.assertTrue(any(re.match(r"job j: outside the Task call [\d.]+ ms around it, [\d.]+ ms after it \(0 frames",
                                      line) for line in logs), logs)
+
+
+if __name__ == "__main__":
+    unittest.main()
