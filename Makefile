@@ -22,7 +22,7 @@ python3-venv:
 
 # Both virtualenvs are built once per machine, in VENV_CACHE under names that change with what
 # they hold, and linked into .cache/ where the tests look: another clone (CI's fresh one, for
-# one) reuses them instead of installing again (4-6 minutes of CPU, docs/PERFORMANCE.md). A
+# one) reuses them instead of installing again (about 6 minutes of CPU, docs/PERFORMANCE.md). A
 # .cache/ venv that is a directory of its own is used as it is; MEDIAQUAL_AIPERF_VENV and
 # MEDIAQUAL_TORCH_VENV put either anywhere else.
 VENV_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/mediaqual

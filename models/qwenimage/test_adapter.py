@@ -617,7 +617,6 @@ print(json.dumps(out))
         self.assertEqual(self.proc.wait(30), 0)
 
 
-
 @testing.needs("torch", "diffusers", "transformers", "accelerate", "numpy", "PIL", "torchvision")
 class CompiledEngineTest(testing.RealWorkerTestCase):
     """--engine regional-compile on the tiny pipeline, on CPU (inductor): the block compiles in
