@@ -72,7 +72,8 @@ type Actual struct {
 
 // Timing is the server's account of a job's time: parts that add up to total_ms (docs/API.md).
 type Timing struct {
-	ReceiveMS      float64            `json:"receive_ms,omitempty"` // mediaserve reports it; a server may not
+	ReceiveMS      float64            `json:"receive_ms,omitempty"`      // mediaserve reports it; a server may not
+	ReceiveBodyMS  float64            `json:"receive_body_ms,omitempty"` // of receive_ms, the upload (the contract is strict: every field declared)
 	QueueMS        float64            `json:"queue_ms"`
 	TaskCallWallMS float64            `json:"task_call_wall_ms"`
 	TaskPhasesMS   map[string]float64 `json:"task_phases_ms,omitempty"`
