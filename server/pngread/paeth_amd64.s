@@ -1,0 +1,124 @@
+#include "textflag.h"
+
+// PAETH computes one pixel's Paeth prediction plus its filtered samples, in 16-bit lanes:
+// pa = |b - c|, pb = |a - c|, pc = |a + b - 2c| (abs as max(x, -x)), the smallest of them,
+// then masked blends; the sum is taken mod 256.
+// In: X1 = a (left, decoded), X2 = c (up-left), X3 = b (up), X4 = the filtered samples,
+// X0 = 0, X7 = 0x00ff in every lane. Out: X1 = the decoded pixel (next pixel's a),
+// X2 = b (next pixel's c). Uses X5, X6, X8-X12.
+//
+// The spec's choice (a if pa <= pb and pa <= pc, else b if pb <= pc, else c) is made as
+// "the first of a, b, c whose distance equals the smallest", with masked blends in place of
+// branches. Only the left neighbour chains from pixel to pixel: about 16 cycles a pixel
+// for all channels at once, against 3-4 times that for Go's scalar code, which spills.
+#define PAETH \
+	MOVO   X3, X5 \
+	PSUBW  X2, X5 \
+	MOVO   X1, X6 \
+	PSUBW  X2, X6 \
+	MOVO   X5, X8 \
+	PADDW  X6, X8 \
+	MOVO   X0, X9 \
+	PSUBW  X5, X9 \
+	PMAXSW X9, X5 \
+	MOVO   X0, X9 \
+	PSUBW  X6, X9 \
+	PMAXSW X9, X6 \
+	MOVO   X0, X9 \
+	PSUBW  X8, X9 \
+	PMAXSW X9, X8 \
+	MOVO   X5, X9 \
+	PMINSW X6, X9 \
+	PMINSW X8, X9 \
+	MOVO   X9, X10 \
+	PCMPEQW X6, X10 \
+	MOVO   X3, X11 \
+	PXOR   X2, X11 \
+	PAND   X10, X11 \
+	PXOR   X2, X11 \
+	PCMPEQW X5, X9 \
+	MOVO   X1, X12 \
+	PXOR   X11, X12 \
+	PAND   X9, X12 \
+	PXOR   X11, X12 \
+	PADDW  X4, X12 \
+	PAND   X7, X12 \
+	MOVO   X12, X1 \
+	MOVO   X3, X2
+
+// func paeth3SSE2(cur, prev, src *byte, n int)
+// n pixels: cur and prev hold 4 bytes a pixel (RGBA, alpha written 0xff), src 3 (RGB).
+TEXT ·paeth3SSE2(SB), NOSPLIT, $0-32
+	MOVQ cur+0(FP), DI
+	MOVQ prev+8(FP), SI
+	MOVQ src+16(FP), DX
+	MOVQ n+24(FP), CX
+	PXOR X0, X0
+	PXOR X1, X1
+	PXOR X2, X2
+	PCMPEQW X7, X7
+	PSRLW $8, X7
+	MOVL $0xff000000, R8
+	TESTQ CX, CX
+	JLE done3
+
+loop3:
+	MOVL (SI), AX
+	MOVQ AX, X3
+	PUNPCKLBW X0, X3
+	MOVWLZX (DX), AX // three bytes, never reading past src
+	MOVBLZX 2(DX), BX
+	SHLL $16, BX
+	ORL BX, AX
+	MOVQ AX, X4
+	PUNPCKLBW X0, X4
+	PAETH
+	MOVO X1, X13
+	PACKUSWB X13, X13
+	MOVQ X13, AX
+	ORL R8, AX
+	MOVL AX, (DI)
+	ADDQ $4, DI
+	ADDQ $4, SI
+	ADDQ $3, DX
+	DECQ CX
+	JNZ loop3
+
+done3:
+	RET
+
+// func paeth4SSE2(cur, prev, src *byte, n int)
+// n pixels of 4 bytes in cur, prev and src.
+TEXT ·paeth4SSE2(SB), NOSPLIT, $0-32
+	MOVQ cur+0(FP), DI
+	MOVQ prev+8(FP), SI
+	MOVQ src+16(FP), DX
+	MOVQ n+24(FP), CX
+	PXOR X0, X0
+	PXOR X1, X1
+	PXOR X2, X2
+	PCMPEQW X7, X7
+	PSRLW $8, X7
+	TESTQ CX, CX
+	JLE done4
+
+loop4:
+	MOVL (SI), AX
+	MOVQ AX, X3
+	PUNPCKLBW X0, X3
+	MOVL (DX), AX
+	MOVQ AX, X4
+	PUNPCKLBW X0, X4
+	PAETH
+	MOVO X1, X13
+	PACKUSWB X13, X13
+	MOVQ X13, AX
+	MOVL AX, (DI)
+	ADDQ $4, DI
+	ADDQ $4, SI
+	ADDQ $4, DX
+	DECQ CX
+	JNZ loop4
+
+done4:
+	RET
