@@ -30,10 +30,14 @@ type fakeTask struct {
 	gate    chan struct{}
 	entered chan struct{} // when set, Run sends on it first
 	lie     func(*spec.Output)
+	seen    func(spec.Request) // when set, Run passes it the request first
 }
 
 func (f *fakeTask) Run(ctx context.Context, req spec.Request) (spec.Output, error) {
 	start := time.Now()
+	if f.seen != nil {
+		f.seen(req)
+	}
 	if f.entered != nil {
 		f.entered <- struct{}{}
 	}

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"image"
 	"image/color"
+	"image/jpeg"
 	"image/png"
 	"io"
 	"net/http"
@@ -611,4 +612,41 @@ func TestReceiveBodyIsTheUpload(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 2, jobs)
+}
+
+// TestEditReferenceRGB: an 8-bit PNG upload reaches the Task with its rgb24 made by the
+// decoder (what an out-of-process Task hands over as it is), equal to the image's colour
+// channels; a JPEG, whose pixels the worker decodes itself, comes without.
+func TestEditReferenceRGB(t *testing.T) {
+	reqs := make(chan spec.Request, 2)
+	e := start(t, server.Config{Models: []server.Model{
+		{Checkpoint: fakeCheckpoint("fake", spec.ImageEdit), Task: &fakeTask{seen: func(r spec.Request) { reqs <- r }}},
+	}})
+	src := image.NewNRGBA(image.Rect(0, 0, 13, 7))
+	for i := range src.Pix {
+		src.Pix[i] = byte(i * 29)
+		if i%4 == 3 {
+			src.Pix[i] = byte(100 + i) // alpha varies: rgb24 keeps the colour channels as stored
+		}
+	}
+	var pngFile, jpegFile bytes.Buffer
+	require.NoError(t, png.Encode(&pngFile, src))
+	require.NoError(t, jpeg.Encode(&jpegFile, src, nil))
+	fields := map[string]string{"model": "fake", "prompt": "p", "size": "32x32"}
+
+	r := e.postForm(t, "/v1/images/edits", fields, part{"image", "ref.png", pngFile.Bytes()})
+	require.Equal(t, 200, r.status, "%s", r.body)
+	req := <-reqs
+	want := make([]byte, 0, 13*7*3)
+	for i := 0; i < len(src.Pix); i += 4 {
+		want = append(want, src.Pix[i:i+3]...)
+	}
+	require.Equal(t, want, req.ReferenceRGB)
+	require.Equal(t, pngFile.Bytes(), req.ReferenceFile)
+
+	r = e.postForm(t, "/v1/images/edits", fields, part{"image", "ref.jpg", jpegFile.Bytes()})
+	require.Equal(t, 200, r.status, "%s", r.body)
+	req = <-reqs
+	require.Nil(t, req.ReferenceRGB, "a JPEG's rgb24")
+	require.NotNil(t, req.Reference)
 }

@@ -9,6 +9,8 @@ import (
 	"image"
 	"image/png"
 	"sync"
+
+	"mediaqual/models/spec"
 )
 
 // Decode decodes a PNG exactly as image/png.Decode does (same concrete image type, bounds,
@@ -18,10 +20,21 @@ import (
 // on anything unusual or wrong and returns image/png.Decode's result instead, so errors (and
 // every edge case image/png tolerates or rejects) are always image/png's own.
 func Decode(data []byte) (image.Image, error) {
-	if img := decodeFast(data); img != nil {
+	if img, _ := decodeFast(data, false); img != nil {
 		return img, nil
 	}
 	return png.Decode(bytes.NewReader(data))
+}
+
+// DecodeRGB is Decode that also returns the image's colour channels as rgb24 (alpha dropped,
+// as Pillow's convert("RGB") does) when the fast path decoded it: packed row by row while the
+// stream still inflates, so they cost the caller no time. Otherwise rgb is nil.
+func DecodeRGB(data []byte) (img image.Image, rgb []byte, err error) {
+	if img, rgb := decodeFast(data, true); img != nil {
+		return img, rgb, nil
+	}
+	img, err = png.Decode(bytes.NewReader(data))
+	return img, nil, err
 }
 
 // batchBytes sets how much inflated data goes with one hand-over to the unfiltering caller:
@@ -39,11 +52,12 @@ type fastState struct {
 
 var fastStates = sync.Pool{New: func() any { return new(fastState) }}
 
-// decodeFast returns nil whenever it cannot vouch that image/png would return the same image.
-func decodeFast(data []byte) image.Image {
+// decodeFast returns nil whenever it cannot vouch that image/png would return the same image;
+// with withRGB, also the image as rgb24.
+func decodeFast(data []byte, withRGB bool) (image.Image, []byte) {
 	w, h, ct, idat, ok := scan(data)
 	if !ok {
-		return nil
+		return nil, nil
 	}
 	bpp := 3
 	if ct == 6 {
@@ -57,7 +71,7 @@ func decodeFast(data []byte) image.Image {
 	// DEFLATE expands at most 1032-fold: leave streams too short for the image to image/png
 	// before allocating for it.
 	if h*rowLen/1032 > zlen {
-		return nil
+		return nil, nil
 	}
 	var img image.Image
 	var pix []byte
@@ -67,6 +81,10 @@ func decodeFast(data []byte) image.Image {
 	} else {
 		m := image.NewNRGBA(image.Rect(0, 0, w, h))
 		img, pix = m, m.Pix
+	}
+	var rgb []byte
+	if withRGB {
+		rgb = make([]byte, 3*w*h)
 	}
 	st := fastStates.Get().(*fastState)
 	defer fastStates.Put(st) // only once the inflater has stopped: see below
@@ -102,15 +120,18 @@ func decodeFast(data []byte) image.Image {
 				close(done)
 				for range ready { // wait for the inflater to stop: no goroutine outlives Decode
 				}
-				return nil
+				return nil, nil
+			}
+			if rgb != nil {
+				spec.PackRGB(rgb[3*w*y:3*w*(y+1)], cur)
 			}
 			prev = cur
 		}
 	}
 	if !inflOK || y != h {
-		return nil
+		return nil, nil
 	}
-	return img
+	return img, rgb
 }
 
 // inflateIDAT decompresses the IDAT payloads' zlib stream into filtered, which it must fill

@@ -118,27 +118,53 @@ func encode(t testing.TB, m image.Image, level png.CompressionLevel) []byte {
 
 // --- checks --------------------------------------------------------------------------
 
-// same checks that Decode returns what image/png returns: the same concrete type, Rect,
-// Stride and Pix, or an error with the same text.
-func same(t testing.TB, data []byte) {
+// same checks that Decode and DecodeRGB return what image/png returns: the same concrete
+// type, Rect, Stride and Pix, or an error with the same text; and that DecodeRGB's rgb24, when
+// it gives them, are the image's colour channels. It reports whether there were rgb24.
+func same(t testing.TB, data []byte) bool {
 	t.Helper()
 	want, wantErr := png.Decode(bytes.NewReader(data))
 	got, gotErr := Decode(data)
-	if (wantErr == nil) != (gotErr == nil) || wantErr != nil && wantErr.Error() != gotErr.Error() {
-		t.Fatalf("error: got %v, image/png %v", gotErr, wantErr)
+	gotRGBImage, rgb, gotRGBErr := DecodeRGB(data)
+	for _, g := range []struct {
+		img image.Image
+		err error
+	}{{got, gotErr}, {gotRGBImage, gotRGBErr}} {
+		if (wantErr == nil) != (g.err == nil) || wantErr != nil && wantErr.Error() != g.err.Error() {
+			t.Fatalf("error: got %v, image/png %v", g.err, wantErr)
+		}
+		if !reflect.DeepEqual(g.img, want) {
+			t.Fatalf("image differs from image/png's: got %T %v, want %T %v", g.img, g.img.Bounds(), want, want.Bounds())
+		}
 	}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("image differs from image/png's: got %T %v, want %T %v", got, got.Bounds(), want, want.Bounds())
+	if rgb == nil {
+		return false
 	}
+	b := want.Bounds()
+	if len(rgb) != 3*b.Dx()*b.Dy() {
+		t.Fatalf("rgb24: %d bytes for a %v image", len(rgb), b)
+	}
+	for y := b.Min.Y; y < b.Max.Y; y++ {
+		for x := b.Min.X; x < b.Max.X; x++ {
+			c := color.NRGBAModel.Convert(want.At(x, y)).(color.NRGBA)
+			i := 3 * ((y-b.Min.Y)*b.Dx() + x - b.Min.X)
+			if [3]byte(rgb[i:i+3]) != [3]byte{c.R, c.G, c.B} {
+				t.Fatalf("rgb24 at (%d, %d): %v, the image has %v", x, y, rgb[i:i+3], c)
+			}
+		}
+	}
+	return true
 }
 
-// fast checks that data takes the fast path and gives image/png's image.
+// fast checks that data takes the fast path and gives image/png's image, and its rgb24.
 func fast(t *testing.T, data []byte) {
 	t.Helper()
-	if decodeFast(data) == nil {
+	if img, _ := decodeFast(data, false); img == nil {
 		t.Fatal("fast path declined a file it should decode")
 	}
-	same(t, data)
+	if !same(t, data) {
+		t.Fatal("DecodeRGB gave no rgb24 for a file the fast path decodes")
+	}
 }
 
 var (
@@ -251,7 +277,7 @@ func TestOtherFormats(t *testing.T) {
 		"tRNS-rgba":  file(ihdr(13, 6, 8, 6, 0), chunk("tRNS", make([]byte, 6)), chunk("IDAT", deflate(rgbaRows)), chunk("IEND", nil)),
 	} {
 		t.Run(name, func(t *testing.T) {
-			if decodeFast(data) != nil {
+			if img, _ := decodeFast(data, false); img != nil {
 				t.Fatal("fast path took a file it should leave to image/png")
 			}
 			same(t, data)
@@ -403,7 +429,7 @@ func BenchmarkDecode(b *testing.B) {
 		b.Fatal(err)
 	}
 	same(b, data)
-	if decodeFast(data) == nil {
+	if img, _ := decodeFast(data, false); img == nil {
 		b.Fatal("fixture does not take the fast path")
 	}
 	b.Run("image-png", func(b *testing.B) {
@@ -420,6 +446,15 @@ func BenchmarkDecode(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			if _, err := Decode(data); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("pngread-rgb", func(b *testing.B) { // DecodeRGB: the image and its rgb24
+		b.SetBytes(int64(len(data)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, _, err := DecodeRGB(data); err != nil {
 				b.Fatal(err)
 			}
 		}

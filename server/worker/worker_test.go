@@ -77,7 +77,8 @@ func workerPID(task *Task) int {
 	return task.p.pid
 }
 
-// assertScratchEmpty checks dir once task's background removals are done.
+// assertScratchEmpty checks dir once task's background removals are done: nothing but the
+// Task's raw reference file, which Close removes (newTask checks after Close).
 func assertScratchEmpty(t testing.TB, task *Task, dir string) {
 	t.Helper()
 	task.removals.wait()
@@ -86,9 +87,17 @@ func assertScratchEmpty(t testing.TB, task *Task, dir string) {
 		return
 	}
 	require.NoError(t, err)
+	task.mu.Lock()
+	keep := ""
+	if task.rawRef != nil {
+		keep = task.rawRef.Name()
+	}
+	task.mu.Unlock()
 	var names []string
 	for _, e := range entries {
-		names = append(names, e.Name())
+		if filepath.Join(dir, e.Name()) != keep {
+			names = append(names, e.Name())
+		}
 	}
 	assert.Empty(t, names, "scratch files left behind")
 }
@@ -224,6 +233,51 @@ func TestImageEditReference(t *testing.T) {
 	}
 	assert.Equal(t, 0, out.Actual.NumFrames)
 	assertScratchEmpty(t, fx.task, fx.scratch)
+}
+
+// TestRawReferenceFileReused: raw references are written over one file, job after job; a
+// smaller reference after a larger one reaches the worker exactly (the file is cut to size),
+// and a scratch directory emptied between jobs gets the file back.
+func TestRawReferenceFileReused(t *testing.T) {
+	fx := newTask(t, "ok")
+	ref := func(w, h int, seed byte) *image.NRGBA {
+		m := image.NewNRGBA(image.Rect(0, 0, w, h))
+		for i := range m.Pix {
+			m.Pix[i] = byte(i)*7 + seed
+			if i%4 == 3 {
+				m.Pix[i] = 255
+			}
+		}
+		return m
+	}
+	var paths []string
+	for i, m := range []*image.NRGBA{ref(9, 6, 1), ref(4, 3, 2), ref(4, 3, 3), ref(5, 5, 4)} {
+		if i == 3 {
+			require.NoError(t, os.RemoveAll(fx.scratch))
+		}
+		b := m.Bounds()
+		out, err := fx.task.Run(context.Background(), spec.Request{
+			Settings:  spec.Settings{Prompt: "p", Size: spec.Size{W: b.Dx(), H: b.Dy()}, Steps: 1, Guidance: 1, Seed: 1},
+			Reference: m,
+		})
+		require.NoError(t, err, "job %d", i)
+		img := out.Video.RGBA(0)
+		require.Equal(t, b, img.Bounds(), "job %d", i)
+		for y := range b.Dy() {
+			for x := range b.Dx() {
+				r := m.NRGBAAt(x, y)
+				require.Equal(t, color.RGBA{r.R, r.G, r.B, 255}, img.RGBAAt(x, y), "job %d at (%d, %d)", i, x, y)
+			}
+		}
+		fx.task.mu.Lock()
+		paths = append(paths, fx.task.rawRef.Name())
+		fx.task.mu.Unlock()
+		assertScratchEmpty(t, fx.task, fx.scratch)
+	}
+	assert.Equal(t, paths[0], paths[1], "the second job wrote a file of its own")
+	assert.Equal(t, paths[0], paths[2], "the third job wrote a file of its own")
+	_, err := os.Stat(paths[3])
+	require.NoError(t, err, "no raw reference file after the scratch directory was emptied")
 }
 
 func TestCrashRestarts(t *testing.T) {
