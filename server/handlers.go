@@ -320,7 +320,7 @@ func (s *Server) createEdit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	l := s.lanes[model]
-	refSize := spec.Size{W: ref.img.Bounds().Dx(), H: ref.img.Bounds().Dy()}
+	refSize := spec.Size{W: ref.Bounds().Dx(), H: ref.Bounds().Dy()}
 	settings, e := Resolve(l.model.Checkpoint, spec.ImageEdit, f.values, &refSize)
 	if e != nil {
 		s.reject(w, r, route, model, e)
@@ -330,7 +330,7 @@ func (s *Server) createEdit(w http.ResponseWriter, r *http.Request) {
 	info.inputs["prompt_sha256"] = digest([]byte(settings.Prompt))
 	info.inputs["reference_sha256"] = refSum
 	info.inputs["reference_size"] = refSize.String()
-	j := s.newJob("img_", ".png", spec.ImageEdit, l, spec.Request{Settings: settings, Reference: ref.img, ReferenceFile: refBytes, ReferenceRGB: ref.rgb}, info)
+	j := s.newJob("img_", ".png", spec.ImageEdit, l, spec.Request{Settings: settings, Reference: ref, ReferenceFile: refBytes}, info)
 	if !s.admit(w, r, route, j) {
 		return
 	}
@@ -348,73 +348,66 @@ func (s *Server) createEdit(w http.ResponseWriter, r *http.Request) {
 
 // editInputs validates the route-level edit fields and decodes the one reference image,
 // digesting the upload meanwhile.
-func (s *Server) editInputs(f *form) (ref decoded, upload []byte, sum, respFormat string, e *apiError) {
+func (s *Server) editInputs(f *form) (img image.Image, upload []byte, sum, respFormat string, e *apiError) {
 	for _, name := range sortedKeys(f.files) {
 		switch name {
 		case "image", "image[]":
 		case "mask":
-			return decoded{}, nil, "", "", unsupportedParam("mask", "masks are outside the image_edit workload: the whole image is edited")
+			return nil, nil, "", "", unsupportedParam("mask", "masks are outside the image_edit workload: the whole image is edited")
 		default:
-			return decoded{}, nil, "", "", unsupportedParam(name, "unknown file field %q; send the reference as image", name)
+			return nil, nil, "", "", unsupportedParam(name, "unknown file field %q; send the reference as image", name)
 		}
 	}
 	refs := append(f.files["image"], f.files["image[]"]...)
 	switch {
 	case len(refs) == 0:
-		return decoded{}, nil, "", "", invalid("image", "a reference image file is required in field image")
+		return nil, nil, "", "", invalid("image", "a reference image file is required in field image")
 	case len(refs) > 1:
-		return decoded{}, nil, "", "", unsupportedValue("image", "exactly one reference image is accepted, got %d", len(refs))
+		return nil, nil, "", "", unsupportedValue("image", "exactly one reference image is accepted, got %d", len(refs))
 	}
 	if n, ok := f.values["n"]; ok && strings.TrimSpace(n) != "1" {
-		return decoded{}, nil, "", "", unsupportedValue("n", "n must be 1, got %q", n)
+		return nil, nil, "", "", unsupportedValue("n", "n must be 1, got %q", n)
 	}
 	respFormat = "b64_json"
 	if v, ok := f.values["response_format"]; ok {
 		if v != "b64_json" && v != "url" {
-			return decoded{}, nil, "", "", unsupportedValue("response_format", "response_format must be b64_json or url, got %q", v)
+			return nil, nil, "", "", unsupportedValue("response_format", "response_format must be b64_json or url, got %q", v)
 		}
 		respFormat = v
 	}
 	if v, ok := f.values["output_format"]; ok && v != "png" {
-		return decoded{}, nil, "", "", unsupportedValue("output_format", "output_format must be png, got %q", v)
+		return nil, nil, "", "", unsupportedValue("output_format", "output_format must be png, got %q", v)
 	}
 	for _, k := range []string{"model", "n", "response_format", "output_format"} {
 		delete(f.values, k)
 	}
 	digested := make(chan string, 1)
 	go func() { digested <- digest(refs[0]) }()
-	if ref, e = decodeReference(refs[0], s.cfg.MaxPixels); e != nil {
-		return decoded{}, nil, "", "", e
+	if img, e = decodeReference(refs[0], s.cfg.MaxPixels); e != nil {
+		return nil, nil, "", "", e
 	}
-	return ref, refs[0], <-digested, respFormat, nil
-}
-
-// decoded is an uploaded reference decoded: the image and, where the decoder made them, its
-// rgb24 (spec.Request.ReferenceRGB).
-type decoded struct {
-	img image.Image
-	rgb []byte
+	return img, refs[0], <-digested, respFormat, nil
 }
 
 // decodeReference decodes an uploaded reference, checking its dimensions before allocating.
-func decodeReference(b []byte, maxPixels int) (decoded, *apiError) {
+func decodeReference(b []byte, maxPixels int) (image.Image, *apiError) {
 	cfg, format, err := image.DecodeConfig(bytes.NewReader(b))
 	if err != nil {
-		return decoded{}, invalid("image", "the reference is not a PNG, JPEG or WebP image: %v", err)
+		return nil, invalid("image", "the reference is not a PNG, JPEG or WebP image: %v", err)
 	}
 	if cfg.Width <= 0 || cfg.Height <= 0 || cfg.Width*cfg.Height > maxPixels {
-		return decoded{}, invalid("image", "the reference is %dx%d; at most %d pixels are accepted", cfg.Width, cfg.Height, maxPixels)
+		return nil, invalid("image", "the reference is %dx%d; at most %d pixels are accepted", cfg.Width, cfg.Height, maxPixels)
 	}
-	var d decoded
+	var img image.Image
 	if format == "png" { // the edits' usual upload, on the request's critical path: see pngread
-		d.img, d.rgb, err = pngread.DecodeRGB(b)
+		img, err = pngread.Decode(b)
 	} else {
-		d.img, _, err = image.Decode(bytes.NewReader(b))
+		img, _, err = image.Decode(bytes.NewReader(b))
 	}
 	if err != nil {
-		return decoded{}, invalid("image", "the %s reference could not be decoded: %v", format, err)
+		return nil, invalid("image", "the %s reference could not be decoded: %v", format, err)
 	}
-	return d, nil
+	return img, nil
 }
 
 func (s *Server) respondEdit(w http.ResponseWriter, j *job, respFormat string) {

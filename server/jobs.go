@@ -201,8 +201,8 @@ func (s *Server) finish(j *job, p Product, err error) {
 	}
 	j.touch()
 	// A url-format edit stays in the store for its lifetime; its decoded reference (up to
-	// MaxPixels*7 bytes) is no longer needed once the Task has run.
-	j.req.Reference, j.req.ReferenceFile, j.req.ReferenceRGB = nil, nil, nil
+	// MaxPixels*4 bytes) is no longer needed once the Task has run.
+	j.req.Reference, j.req.ReferenceFile = nil, nil
 	e := LedgerEntry{
 		Event: "job", RequestID: j.requestID, CorrelationID: j.correlationID, Route: j.route,
 		Model: j.lane.model.Checkpoint.ID, JobID: j.id, Status: status, Error: j.err,

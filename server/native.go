@@ -27,12 +27,12 @@ func RunNative(ctx context.Context, m Model, capability spec.Capability, fields 
 		if reference == nil {
 			return spec.Settings{}, Product{}, fmt.Errorf("image_edit needs a reference image")
 		}
-		ref, e := decodeReference(reference, DefaultMaxPixels)
+		img, e := decodeReference(reference, DefaultMaxPixels)
 		if e != nil {
 			return spec.Settings{}, Product{}, e
 		}
-		req.Reference, req.ReferenceFile, req.ReferenceRGB = ref.img, reference, ref.rgb
-		refSize = &spec.Size{W: ref.img.Bounds().Dx(), H: ref.img.Bounds().Dy()}
+		req.Reference, req.ReferenceFile = img, reference
+		refSize = &spec.Size{W: img.Bounds().Dx(), H: img.Bounds().Dy()}
 	}
 	settings, e := Resolve(cp, capability, fields, refSize)
 	if e != nil {

@@ -614,11 +614,11 @@ func TestReceiveBodyIsTheUpload(t *testing.T) {
 	assert.Equal(t, 2, jobs)
 }
 
-// TestEditReferenceRGB: an 8-bit PNG upload reaches the Task with its rgb24 made by the
-// decoder (what an out-of-process Task hands over as it is), equal to the image's colour
-// channels; a JPEG, whose pixels the worker decodes itself, comes without.
-func TestEditReferenceRGB(t *testing.T) {
-	reqs := make(chan spec.Request, 2)
+// TestEditReferenceDecoded: an RGB PNG upload reaches the Task as a *spec.RGB of its pixels
+// (which an out-of-process Task hands over as they are), an RGBA one as image/png decodes it,
+// and a JPEG as image/jpeg does.
+func TestEditReferenceDecoded(t *testing.T) {
+	reqs := make(chan spec.Request, 1)
 	e := start(t, server.Config{Models: []server.Model{
 		{Checkpoint: fakeCheckpoint("fake", spec.ImageEdit), Task: &fakeTask{seen: func(r spec.Request) { reqs <- r }}},
 	}})
@@ -626,27 +626,46 @@ func TestEditReferenceRGB(t *testing.T) {
 	for i := range src.Pix {
 		src.Pix[i] = byte(i * 29)
 		if i%4 == 3 {
-			src.Pix[i] = byte(100 + i) // alpha varies: rgb24 keeps the colour channels as stored
+			src.Pix[i] = 255
 		}
 	}
-	var pngFile, jpegFile bytes.Buffer
-	require.NoError(t, png.Encode(&pngFile, src))
-	require.NoError(t, jpeg.Encode(&jpegFile, src, nil))
-	fields := map[string]string{"model": "fake", "prompt": "p", "size": "32x32"}
-
-	r := e.postForm(t, "/v1/images/edits", fields, part{"image", "ref.png", pngFile.Bytes()})
-	require.Equal(t, 200, r.status, "%s", r.body)
-	req := <-reqs
-	want := make([]byte, 0, 13*7*3)
-	for i := 0; i < len(src.Pix); i += 4 {
-		want = append(want, src.Pix[i:i+3]...)
+	translucent := image.NewNRGBA(src.Rect)
+	copy(translucent.Pix, src.Pix)
+	translucent.Pix[3] = 7
+	encode := func(enc func(io.Writer, image.Image) error, m image.Image) []byte {
+		var b bytes.Buffer
+		require.NoError(t, enc(&b, m))
+		return b.Bytes()
 	}
-	require.Equal(t, want, req.ReferenceRGB)
-	require.Equal(t, pngFile.Bytes(), req.ReferenceFile)
-
-	r = e.postForm(t, "/v1/images/edits", fields, part{"image", "ref.jpg", jpegFile.Bytes()})
-	require.Equal(t, 200, r.status, "%s", r.body)
-	req = <-reqs
-	require.Nil(t, req.ReferenceRGB, "a JPEG's rgb24")
-	require.NotNil(t, req.Reference)
+	jpegEncode := func(w io.Writer, m image.Image) error { return jpeg.Encode(w, m, nil) }
+	fields := map[string]string{"model": "fake", "prompt": "p", "size": "32x32"}
+	for _, c := range []struct {
+		name   string
+		upload []byte
+		check  func(image.Image)
+	}{
+		{"rgb.png", encode(png.Encode, src), func(m image.Image) {
+			rgb, ok := m.(*spec.RGB)
+			require.True(t, ok, "an RGB PNG decoded as %T", m)
+			want := make([]byte, 0, 13*7*3)
+			for i := 0; i < len(src.Pix); i += 4 {
+				want = append(want, src.Pix[i:i+3]...)
+			}
+			require.Equal(t, want, rgb.Pix)
+		}},
+		{"rgba.png", encode(png.Encode, translucent), func(m image.Image) {
+			require.Equal(t, translucent, m)
+		}},
+		{"ref.jpg", encode(jpegEncode, src), func(m image.Image) {
+			want, err := jpeg.Decode(bytes.NewReader(encode(jpegEncode, src)))
+			require.NoError(t, err)
+			require.Equal(t, want, m)
+		}},
+	} {
+		r := e.postForm(t, "/v1/images/edits", fields, part{"image", c.name, c.upload})
+		require.Equal(t, 200, r.status, "%s: %s", c.name, r.body)
+		req := <-reqs
+		require.Equal(t, c.upload, req.ReferenceFile, c.name)
+		c.check(req.Reference)
+	}
 }

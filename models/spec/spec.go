@@ -198,10 +198,6 @@ type Request struct {
 	// source: an out-of-process Task gets these bytes rather than a re-encode (image/png took
 	// about 100 ms for a 1024² image on the development machine).
 	ReferenceFile []byte
-	// ReferenceRGB, when set, is Reference's colour channels as rgb24 (alpha dropped), which
-	// the server's PNG decoder makes alongside the image at no cost to the request: an
-	// out-of-process Task hands these over as they are.
-	ReferenceRGB []byte
 	// Progress, when set, is called as denoising steps complete.
 	Progress func(done, total int)
 	// Frames, when set, is where a Task may hand over its output while it still runs (the

@@ -1,18 +1,19 @@
 package pngread
 
-// paeth3Go and paeth4Go are unfilter's Paeth cases (nearly every row of a photo) in Go, with
-// the channels interleaved so that the CPU works on three or four independent chains at once:
-// paeth3 and paeth4 on CPUs without an assembly version, and their reference in tests.
+// paeth3Go and paeth4Go are unfilter's Paeth cases (nearly every row of a photo) in Go, for 3
+// and 4 bytes a pixel, with the channels interleaved so that the CPU works on three or four
+// independent chains at once: paeth3 and paeth4 on CPUs without an assembly version, and
+// their reference in tests.
 func paeth3Go(cur, prev, src []byte) {
 	var a0, a1, a2, c0, c1, c2 int
-	for k, j := 0, 0; k+4 <= len(cur) && j+3 <= len(src); k, j = k+4, j+3 {
-		s, u := src[j:j+3:j+3], prev[k:k+4:k+4]
+	for k := 0; k+3 <= len(cur) && k+3 <= len(prev) && k+3 <= len(src); k += 3 {
+		s, u := src[k:k+3:k+3], prev[k:k+3:k+3]
 		b0, b1, b2 := int(u[0]), int(u[1]), int(u[2])
 		a0 = (int(s[0]) + paeth(a0, b0, c0)) & 0xff
 		a1 = (int(s[1]) + paeth(a1, b1, c1)) & 0xff
 		a2 = (int(s[2]) + paeth(a2, b2, c2)) & 0xff
-		d := cur[k : k+4 : k+4]
-		d[0], d[1], d[2], d[3] = byte(a0), byte(a1), byte(a2), 0xff
+		d := cur[k : k+3 : k+3]
+		d[0], d[1], d[2] = byte(a0), byte(a1), byte(a2)
 		c0, c1, c2 = b0, b1, b2
 	}
 }

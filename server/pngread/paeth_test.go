@@ -21,24 +21,24 @@ func TestPaethMatchesGo(t *testing.T) {
 	for name, fill := range fills {
 		for n := 0; n <= 70; n++ {
 			for _, bpp := range []int{3, 4} {
-				prev, src := make([]byte, 4*n), make([]byte, bpp*n)
+				prev, src := make([]byte, bpp*n), make([]byte, bpp*n)
 				for i := range prev {
 					prev[i] = fill(i)
 				}
 				for i := range src {
 					src[i] = fill(i)
 				}
-				want, got := make([]byte, 4*n), make([]byte, 4*n+4)
-				got[4*n], got[4*n+1], got[4*n+2], got[4*n+3] = 1, 2, 3, 4 // a guard past the row
+				want, got := make([]byte, bpp*n), make([]byte, bpp*n+4)
+				copy(got[bpp*n:], []byte{1, 2, 3, 4}) // a guard past the row
 				if bpp == 3 {
 					paeth3Go(want, prev, src)
-					paeth3(got[:4*n], prev, src)
+					paeth3(got[:bpp*n], prev, src)
 				} else {
 					paeth4Go(want, prev, src)
-					paeth4(got[:4*n], prev, src)
+					paeth4(got[:bpp*n], prev, src)
 				}
-				require.Equal(t, want, got[:4*n], "%s, %d pixels, %d bytes a pixel", name, n, bpp)
-				require.Equal(t, []byte{1, 2, 3, 4}, got[4*n:], "%s, %d pixels, %d bytes a pixel: wrote past the row", name, n, bpp)
+				require.Equal(t, want, got[:bpp*n], "%s, %d pixels, %d bytes a pixel", name, n, bpp)
+				require.Equal(t, []byte{1, 2, 3, 4}, got[bpp*n:], "%s, %d pixels, %d bytes a pixel: wrote past the row", name, n, bpp)
 			}
 		}
 	}
@@ -47,7 +47,7 @@ func TestPaethMatchesGo(t *testing.T) {
 // BenchmarkPaeth unfilters a 1024-pixel RGB row (the edit's reference width).
 func BenchmarkPaeth(b *testing.B) {
 	r := rand.New(rand.NewPCG(1, 2))
-	prev, src, cur := make([]byte, 4096), make([]byte, 3072), make([]byte, 4096)
+	prev, src, cur := make([]byte, 3072), make([]byte, 3072), make([]byte, 3072)
 	for i := range prev {
 		prev[i] = byte(r.Uint32())
 	}

@@ -13,28 +13,20 @@ import (
 	"mediaqual/models/spec"
 )
 
-// Decode decodes a PNG exactly as image/png.Decode does (same concrete image type, bounds,
-// pixels and, for inputs it cannot decode, an error), faster for the common upload layouts.
+// Decode decodes a PNG as image/png.Decode does (same bounds, pixels and, for inputs it
+// cannot decode, an error), faster for the common upload layouts.
 //
 // The fast path handles bit depth 8, colour type 2 or 6, no interlace, no tRNS. It gives up
 // on anything unusual or wrong and returns image/png.Decode's result instead, so errors (and
-// every edge case image/png tolerates or rejects) are always image/png's own.
+// every edge case image/png tolerates or rejects) are always image/png's own. An RGB file
+// (colour type 2) it decodes as a *spec.RGB, the file's own layout, where image/png gives
+// an *image.RGBA with opaque alpha: an edit's reference then goes to an out-of-process Task
+// as it is, and the decoder writes 3 bytes a pixel, not 4.
 func Decode(data []byte) (image.Image, error) {
-	if img, _ := decodeFast(data, false); img != nil {
+	if img := decodeFast(data); img != nil {
 		return img, nil
 	}
 	return png.Decode(bytes.NewReader(data))
-}
-
-// DecodeRGB is Decode that also returns the image's colour channels as rgb24 (alpha dropped,
-// as Pillow's convert("RGB") does) when the fast path decoded it: packed row by row while the
-// stream still inflates, so they cost the caller no time. Otherwise rgb is nil.
-func DecodeRGB(data []byte) (img image.Image, rgb []byte, err error) {
-	if img, rgb := decodeFast(data, true); img != nil {
-		return img, rgb, nil
-	}
-	img, err = png.Decode(bytes.NewReader(data))
-	return img, nil, err
 }
 
 // batchBytes sets how much inflated data goes with one hand-over to the unfiltering caller:
@@ -52,12 +44,11 @@ type fastState struct {
 
 var fastStates = sync.Pool{New: func() any { return new(fastState) }}
 
-// decodeFast returns nil whenever it cannot vouch that image/png would return the same image;
-// with withRGB, also the image as rgb24.
-func decodeFast(data []byte, withRGB bool) (image.Image, []byte) {
+// decodeFast returns nil whenever it cannot vouch that image/png would return the same pixels.
+func decodeFast(data []byte) image.Image {
 	w, h, ct, idat, ok := scan(data)
 	if !ok {
-		return nil, nil
+		return nil
 	}
 	bpp := 3
 	if ct == 6 {
@@ -71,20 +62,16 @@ func decodeFast(data []byte, withRGB bool) (image.Image, []byte) {
 	// DEFLATE expands at most 1032-fold: leave streams too short for the image to image/png
 	// before allocating for it.
 	if h*rowLen/1032 > zlen {
-		return nil, nil
+		return nil
 	}
 	var img image.Image
 	var pix []byte
 	if ct == 2 {
-		m := image.NewRGBA(image.Rect(0, 0, w, h))
+		m := spec.NewRGB(image.Rect(0, 0, w, h))
 		img, pix = m, m.Pix
 	} else {
 		m := image.NewNRGBA(image.Rect(0, 0, w, h))
 		img, pix = m, m.Pix
-	}
-	var rgb []byte
-	if withRGB {
-		rgb = make([]byte, 3*w*h)
 	}
 	st := fastStates.Get().(*fastState)
 	defer fastStates.Put(st) // only once the inflater has stopped: see below
@@ -110,7 +97,7 @@ func decodeFast(data []byte, withRGB bool) (image.Image, []byte) {
 		})
 	}()
 
-	stride := 4 * w
+	stride := bpp * w
 	zero := make([]byte, stride)
 	prev, y := zero, 0
 	for n := range ready {
@@ -120,18 +107,15 @@ func decodeFast(data []byte, withRGB bool) (image.Image, []byte) {
 				close(done)
 				for range ready { // wait for the inflater to stop: no goroutine outlives Decode
 				}
-				return nil, nil
-			}
-			if rgb != nil {
-				spec.PackRGB(rgb[3*w*y:3*w*(y+1)], cur)
+				return nil
 			}
 			prev = cur
 		}
 	}
 	if !inflOK || y != h {
-		return nil, nil
+		return nil
 	}
-	return img, rgb
+	return img
 }
 
 // inflateIDAT decompresses the IDAT payloads' zlib stream into filtered, which it must fill
@@ -241,49 +225,37 @@ func scan(data []byte) (w, h, ct int, idat [][]byte, ok bool) {
 }
 
 // unfilter undoes filter f on one row of filtered samples src (bpp bytes per pixel) into
-// cur, 4 bytes per pixel. The predictors use the left and upper (prev) neighbours in their
-// final 4-byte form, which equal the raw PNG samples they were made from. It reports false
-// for an invalid filter type.
+// cur, given the row above, prev, decoded. It reports false for an invalid filter type.
 func unfilter(f byte, cur, prev, src []byte, bpp int) bool {
-	switch {
-	case f > 4:
-		return false
-	case f == 4 && bpp == 3:
-		paeth3(cur, prev, src)
-		return true
-	case f == 4:
-		paeth4(cur, prev, src)
-		return true
-	case f == 0 && bpp == 4:
+	n := min(len(cur), len(prev), len(src))
+	cur, prev, src = cur[:n], prev[:n], src[:n]
+	switch f {
+	case 0:
 		copy(cur, src)
-		return true
-	}
-	var a0, a1, a2, a3 byte // left pixel, decoded
-	for k, j := 0, 0; k+4 <= len(cur) && j+bpp <= len(src); k, j = k+4, j+bpp {
-		s := src[j : j+bpp : j+bpp]
-		r0, r1, r2, r3 := s[0], s[1], s[2], byte(0xff)
-		if bpp == 4 {
-			r3 = s[3]
+	case 1:
+		copy(cur[:min(bpp, n)], src)
+		for i := bpp; i < n; i++ {
+			cur[i] = src[i] + cur[i-bpp]
 		}
-		u := prev[k : k+4 : k+4]
-		switch f {
-		case 0:
-			a0, a1, a2, a3 = r0, r1, r2, r3
-		case 1:
-			a0, a1, a2, a3 = r0+a0, r1+a1, r2+a2, r3+a3
-		case 2:
-			a0, a1, a2, a3 = r0+u[0], r1+u[1], r2+u[2], r3+u[3]
-		case 3:
-			a0 = r0 + byte((uint(a0)+uint(u[0]))>>1)
-			a1 = r1 + byte((uint(a1)+uint(u[1]))>>1)
-			a2 = r2 + byte((uint(a2)+uint(u[2]))>>1)
-			a3 = r3 + byte((uint(a3)+uint(u[3]))>>1)
+	case 2:
+		for i := range n {
+			cur[i] = src[i] + prev[i]
 		}
+	case 3:
+		for i := range min(bpp, n) {
+			cur[i] = src[i] + prev[i]>>1
+		}
+		for i := bpp; i < n; i++ {
+			cur[i] = src[i] + byte((uint(cur[i-bpp])+uint(prev[i]))>>1)
+		}
+	case 4:
 		if bpp == 3 {
-			a3 = 0xff
+			paeth3(cur, prev, src)
+		} else {
+			paeth4(cur, prev, src)
 		}
-		d := cur[k : k+4 : k+4]
-		d[0], d[1], d[2], d[3] = a0, a1, a2, a3
+	default:
+		return false
 	}
 	return true
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"mediaqual/fixtures"
+	"mediaqual/models/spec"
 )
 
 // --- hand-built PNGs -------------------------------------------------------------------
@@ -118,53 +119,40 @@ func encode(t testing.TB, m image.Image, level png.CompressionLevel) []byte {
 
 // --- checks --------------------------------------------------------------------------
 
-// same checks that Decode and DecodeRGB return what image/png returns: the same concrete
-// type, Rect, Stride and Pix, or an error with the same text; and that DecodeRGB's rgb24, when
-// it gives them, are the image's colour channels. It reports whether there were rgb24.
-func same(t testing.TB, data []byte) bool {
+// same checks that Decode returns what image/png returns: the same concrete type, Rect,
+// Stride and Pix (for a *spec.RGB, where image/png gives an *image.RGBA, the same Rect and
+// colours, alpha opaque), or an error with the same text.
+func same(t testing.TB, data []byte) {
 	t.Helper()
 	want, wantErr := png.Decode(bytes.NewReader(data))
 	got, gotErr := Decode(data)
-	gotRGBImage, rgb, gotRGBErr := DecodeRGB(data)
-	for _, g := range []struct {
-		img image.Image
-		err error
-	}{{got, gotErr}, {gotRGBImage, gotRGBErr}} {
-		if (wantErr == nil) != (g.err == nil) || wantErr != nil && wantErr.Error() != g.err.Error() {
-			t.Fatalf("error: got %v, image/png %v", g.err, wantErr)
+	if (wantErr == nil) != (gotErr == nil) || wantErr != nil && wantErr.Error() != gotErr.Error() {
+		t.Fatalf("error: got %v, image/png %v", gotErr, wantErr)
+	}
+	if rgb, ok := got.(*spec.RGB); ok {
+		w, ok := want.(*image.RGBA)
+		if !ok || rgb.Rect != w.Rect || rgb.Stride != 3*w.Rect.Dx() || len(rgb.Pix) != 3*len(w.Pix)/4 {
+			t.Fatalf("image differs from image/png's: got %T %v stride %d, want %T %v", got, got.Bounds(), rgb.Stride, want, want.Bounds())
 		}
-		if !reflect.DeepEqual(g.img, want) {
-			t.Fatalf("image differs from image/png's: got %T %v, want %T %v", g.img, g.img.Bounds(), want, want.Bounds())
+		expanded := make([]byte, len(w.Pix))
+		spec.ExpandRGB(expanded, rgb.Pix)
+		if !bytes.Equal(expanded, w.Pix) {
+			t.Fatalf("pixels differ from image/png's (%T %v)", got, got.Bounds())
 		}
+		return
 	}
-	if rgb == nil {
-		return false
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("image differs from image/png's: got %T %v, want %T %v", got, got.Bounds(), want, want.Bounds())
 	}
-	b := want.Bounds()
-	if len(rgb) != 3*b.Dx()*b.Dy() {
-		t.Fatalf("rgb24: %d bytes for a %v image", len(rgb), b)
-	}
-	for y := b.Min.Y; y < b.Max.Y; y++ {
-		for x := b.Min.X; x < b.Max.X; x++ {
-			c := color.NRGBAModel.Convert(want.At(x, y)).(color.NRGBA)
-			i := 3 * ((y-b.Min.Y)*b.Dx() + x - b.Min.X)
-			if [3]byte(rgb[i:i+3]) != [3]byte{c.R, c.G, c.B} {
-				t.Fatalf("rgb24 at (%d, %d): %v, the image has %v", x, y, rgb[i:i+3], c)
-			}
-		}
-	}
-	return true
 }
 
-// fast checks that data takes the fast path and gives image/png's image, and its rgb24.
+// fast checks that data takes the fast path and gives image/png's image.
 func fast(t *testing.T, data []byte) {
 	t.Helper()
-	if img, _ := decodeFast(data, false); img == nil {
+	if decodeFast(data) == nil {
 		t.Fatal("fast path declined a file it should decode")
 	}
-	if !same(t, data) {
-		t.Fatal("DecodeRGB gave no rgb24 for a file the fast path decodes")
-	}
+	same(t, data)
 }
 
 var (
@@ -277,7 +265,7 @@ func TestOtherFormats(t *testing.T) {
 		"tRNS-rgba":  file(ihdr(13, 6, 8, 6, 0), chunk("tRNS", make([]byte, 6)), chunk("IDAT", deflate(rgbaRows)), chunk("IEND", nil)),
 	} {
 		t.Run(name, func(t *testing.T) {
-			if img, _ := decodeFast(data, false); img != nil {
+			if decodeFast(data) != nil {
 				t.Fatal("fast path took a file it should leave to image/png")
 			}
 			same(t, data)
@@ -429,7 +417,7 @@ func BenchmarkDecode(b *testing.B) {
 		b.Fatal(err)
 	}
 	same(b, data)
-	if img, _ := decodeFast(data, false); img == nil {
+	if decodeFast(data) == nil {
 		b.Fatal("fixture does not take the fast path")
 	}
 	b.Run("image-png", func(b *testing.B) {
@@ -446,15 +434,6 @@ func BenchmarkDecode(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			if _, err := Decode(data); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("pngread-rgb", func(b *testing.B) { // DecodeRGB: the image and its rgb24
-		b.SetBytes(int64(len(data)))
-		b.ReportAllocs()
-		for b.Loop() {
-			if _, _, err := DecodeRGB(data); err != nil {
 				b.Fatal(err)
 			}
 		}

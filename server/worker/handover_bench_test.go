@@ -29,13 +29,13 @@ func BenchmarkImageEditHandover(b *testing.B) {
 	if err := png.Encode(&file, ref); err != nil {
 		b.Fatal(err)
 	}
-	// The request as the server makes it: the upload, its decode and the decode's rgb24.
-	img, rgb, err := pngread.DecodeRGB(file.Bytes())
-	if err != nil || rgb == nil {
-		b.Fatalf("decoding the reference: %v (rgb24: %t)", err, rgb != nil)
+	// The request as the server makes it: the upload and its decode.
+	img, err := pngread.Decode(file.Bytes())
+	if err != nil {
+		b.Fatal(err)
 	}
 	req := spec.Request{Settings: spec.Settings{Prompt: "p", Size: spec.Size{W: 1024, H: 1024}, Steps: 1, Guidance: 1, Seed: 1},
-		Reference: img, ReferenceFile: file.Bytes(), ReferenceRGB: rgb}
+		Reference: img, ReferenceFile: file.Bytes()}
 	if _, err := fx.task.Run(context.Background(), req); err != nil {
 		b.Fatal(err)
 	}

@@ -615,9 +615,9 @@ func (t *Task) writeRaw(dir string, pix []byte) (string, error) {
 	return f.Name(), f.Truncate(int64(len(pix)))
 }
 
-// rawReference is the reference as rgb24 (the request's ReferenceRGB where the server's
-// decoder made them) when those are the very pixels a PNG decoder makes of it: an image with
-// no upload (the worker would decode the PNG made of it), or an 8-bit PNG upload (lossless, and Pillow's convert("RGB") keeps the colour channels of RGBA, grey
+// rawReference is the reference as rgb24 (a *spec.RGB's own pixels, as the server decodes an
+// RGB PNG) when those are the very pixels a PNG decoder makes of it: an image with no upload
+// (the worker would decode the PNG made of it), or an 8-bit PNG upload (lossless, and Pillow's convert("RGB") keeps the colour channels of RGBA, grey
 // and palette images as Go's decoder gives them); else nil. JPEG and WebP decoders differ in
 // the last bits and 16-bit PNGs convert differently, so those reach the worker as uploaded.
 func rawReference(req spec.Request) []byte {
@@ -625,11 +625,16 @@ func rawReference(req spec.Request) []byte {
 		return nil
 	}
 	b := req.Reference.Bounds()
-	if len(req.ReferenceRGB) == 3*b.Dx()*b.Dy() {
-		return req.ReferenceRGB
+	if m, ok := req.Reference.(*spec.RGB); ok && m.Stride == 3*b.Dx() && len(m.Pix) == 3*b.Dx()*b.Dy() {
+		return m.Pix
 	}
 	out := make([]byte, 0, b.Dx()*b.Dy()*3)
 	switch m := req.Reference.(type) {
+	case *spec.RGB:
+		for y := b.Min.Y; y < b.Max.Y; y++ {
+			i := (y - b.Min.Y) * m.Stride
+			out = append(out, m.Pix[i:i+3*b.Dx()]...)
+		}
 	case *image.NRGBA:
 		for y := b.Min.Y; y < b.Max.Y; y++ {
 			out = packRGB(out, m.Pix[m.PixOffset(b.Min.X, y):m.PixOffset(b.Max.X, y)])
