@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"image/color"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -84,6 +85,33 @@ func BenchmarkImageEditOverhead(b *testing.B) {
 			report(b, "receive", receive)
 		})
 	}
+}
+
+// BenchmarkImageEditReceiveAfterIdle is the 1024² photograph's receive as a server sees it
+// between real edits, seconds apart: the garbage collector has run (it runs every few
+// megabytes allocated) and the process has been idle.
+func BenchmarkImageEditReceiveAfterIdle(b *testing.B) {
+	e := start(b, server.Config{Models: []server.Model{
+		{Checkpoint: fakeCheckpoint("fake", spec.ImageEdit), Task: &fakeTask{delay: benchTaskDelay}},
+	}})
+	photo, err := fixtures.Image("chelsea.png", 1024, 1024)
+	if err != nil {
+		b.Fatal(err)
+	}
+	fields := map[string]string{"model": "fake", "prompt": "bench", "size": "64x48"}
+	var receive []float64
+	for b.Loop() {
+		b.StopTimer()
+		runtime.GC()
+		time.Sleep(200 * time.Millisecond)
+		b.StartTimer()
+		r := e.postForm(b, "/v1/images/edits", fields, part{"image", "ref.png", photo})
+		if r.status != 200 {
+			b.Fatalf("edit: %d %s", r.status, r.body)
+		}
+		receive = append(receive, r.json(b)["timing"].(map[string]any)["receive_ms"].(float64))
+	}
+	report(b, "receive", receive)
 }
 
 func report(b *testing.B, name string, ms []float64) {
