@@ -439,3 +439,26 @@ func BenchmarkDecode(b *testing.B) {
 		}
 	})
 }
+
+// TestStatesKept: decode states outlive a garbage collection, at most two of them, and none
+// for images past the size kept.
+func TestStatesKept(t *testing.T) {
+	for len(fastStates) > 0 {
+		<-fastStates
+	}
+	a, b, c := getState(), getState(), getState()
+	a.filtered, b.filtered, c.filtered = make([]byte, 10), make([]byte, 20), make([]byte, 30)
+	putState(a)
+	putState(b)
+	putState(c)
+	runtime.GC()
+	got := []int{len(getState().filtered), len(getState().filtered), len(getState().filtered)}
+	if got[0] != 10 || got[1] != 20 || got[2] != 0 {
+		t.Fatalf("states after putting three and a GC: filtered lengths %v, want [10 20 0]", got)
+	}
+	big := &fastState{filtered: make([]byte, keepStateBytes+1)}
+	putState(big)
+	if st := getState(); st == big {
+		t.Fatal("a state past keepStateBytes was kept")
+	}
+}
