@@ -51,13 +51,7 @@ func BenchmarkVideoJobOverhead(b *testing.B) {
 }
 
 func BenchmarkImageEditOverhead(b *testing.B) {
-	e := start(b, server.Config{Models: []server.Model{
-		{Checkpoint: fakeCheckpoint("fake", spec.ImageEdit), Task: &fakeTask{delay: benchTaskDelay}},
-	}})
-	photo, err := fixtures.Image("chelsea.png", 1024, 1024)
-	if err != nil {
-		b.Fatal(err)
-	}
+	e, photo := editBench(b)
 	// The reference's decode is most of "receive": a tiny one, and a photograph at the edit
 	// rows' pinned 1024² (the output stays 64x48, so its PNG is not what is timed).
 	for _, ref := range []struct {
@@ -91,13 +85,7 @@ func BenchmarkImageEditOverhead(b *testing.B) {
 // between real edits, seconds apart: the garbage collector has run (it runs every few
 // megabytes allocated) and the process has been idle.
 func BenchmarkImageEditReceiveAfterIdle(b *testing.B) {
-	e := start(b, server.Config{Models: []server.Model{
-		{Checkpoint: fakeCheckpoint("fake", spec.ImageEdit), Task: &fakeTask{delay: benchTaskDelay}},
-	}})
-	photo, err := fixtures.Image("chelsea.png", 1024, 1024)
-	if err != nil {
-		b.Fatal(err)
-	}
+	e, photo := editBench(b)
 	fields := map[string]string{"model": "fake", "prompt": "bench", "size": "64x48"}
 	var receive []float64
 	for b.Loop() {
@@ -112,6 +100,19 @@ func BenchmarkImageEditReceiveAfterIdle(b *testing.B) {
 		receive = append(receive, r.json(b)["timing"].(map[string]any)["receive_ms"].(float64))
 	}
 	report(b, "receive", receive)
+}
+
+// editBench serves the fake edit model and returns the 1024² photograph the edit benchmarks
+// upload.
+func editBench(b *testing.B) (*env, []byte) {
+	e := start(b, server.Config{Models: []server.Model{
+		{Checkpoint: fakeCheckpoint("fake", spec.ImageEdit), Task: &fakeTask{delay: benchTaskDelay}},
+	}})
+	photo, err := fixtures.Image("chelsea.png", 1024, 1024)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return e, photo
 }
 
 func report(b *testing.B, name string, ms []float64) {

@@ -4,8 +4,8 @@
 // pa = |b - c|, pb = |a - c|, pc = |a + b - 2c| (abs as max(x, -x)), the smallest of them,
 // then masked blends; the sum is taken mod 256.
 // In: X1 = a (left, decoded), X2 = c (up-left), X3 = b (up), X4 = the filtered samples,
-// X0 = 0, X7 = 0x00ff in every lane. Out: X1 = the decoded pixel (next pixel's a),
-// X2 = b (next pixel's c). Uses X5, X6, X8-X12.
+// X0 = 0, X7 = 0x00ff in every lane. Out: X1 = the decoded pixel (next pixel's a), AX = its
+// bytes (the first in the low byte), X2 = b (next pixel's c). Uses X5, X6, X8-X12.
 //
 // The spec's choice (a if pa <= pb and pa <= pc, else b if pb <= pc, else c) is made as
 // "the first of a, b, c whose distance equals the smallest", with masked blends in place of
@@ -44,22 +44,29 @@
 	PADDW  X4, X12 \
 	PAND   X7, X12 \
 	MOVO   X12, X1 \
-	MOVO   X3, X2
+	MOVO   X3, X2 \
+	PACKUSWB X12, X12 \
+	MOVQ   X12, AX
+
+// ENTRY loads the arguments (cur in DI, prev in SI, src in DX, n in CX), clears a and c and
+// sets X0 and X7 for PAETH, and sets the flags for n <= 0.
+#define ENTRY \
+	MOVQ cur+0(FP), DI \
+	MOVQ prev+8(FP), SI \
+	MOVQ src+16(FP), DX \
+	MOVQ n+24(FP), CX \
+	PXOR X0, X0 \
+	PXOR X1, X1 \
+	PXOR X2, X2 \
+	PCMPEQW X7, X7 \
+	PSRLW $8, X7 \
+	TESTQ CX, CX
 
 // func paeth3SSE2(cur, prev, src *byte, n int)
 // n pixels of 3 bytes (RGB) in cur, prev and src, loaded and stored as 2 + 1 bytes so that
 // nothing past a row is touched.
 TEXT ·paeth3SSE2(SB), NOSPLIT, $0-32
-	MOVQ cur+0(FP), DI
-	MOVQ prev+8(FP), SI
-	MOVQ src+16(FP), DX
-	MOVQ n+24(FP), CX
-	PXOR X0, X0
-	PXOR X1, X1
-	PXOR X2, X2
-	PCMPEQW X7, X7
-	PSRLW $8, X7
-	TESTQ CX, CX
+	ENTRY
 	JLE done3
 
 loop3:
@@ -76,9 +83,6 @@ loop3:
 	MOVQ AX, X4
 	PUNPCKLBW X0, X4
 	PAETH
-	MOVO X1, X13
-	PACKUSWB X13, X13
-	MOVQ X13, AX
 	MOVW AX, (DI)
 	SHRL $16, AX
 	MOVB AX, 2(DI)
@@ -94,16 +98,7 @@ done3:
 // func paeth4SSE2(cur, prev, src *byte, n int)
 // n pixels of 4 bytes in cur, prev and src.
 TEXT ·paeth4SSE2(SB), NOSPLIT, $0-32
-	MOVQ cur+0(FP), DI
-	MOVQ prev+8(FP), SI
-	MOVQ src+16(FP), DX
-	MOVQ n+24(FP), CX
-	PXOR X0, X0
-	PXOR X1, X1
-	PXOR X2, X2
-	PCMPEQW X7, X7
-	PSRLW $8, X7
-	TESTQ CX, CX
+	ENTRY
 	JLE done4
 
 loop4:
@@ -114,9 +109,6 @@ loop4:
 	MOVQ AX, X4
 	PUNPCKLBW X0, X4
 	PAETH
-	MOVO X1, X13
-	PACKUSWB X13, X13
-	MOVQ X13, AX
 	MOVL AX, (DI)
 	ADDQ $4, DI
 	ADDQ $4, SI
