@@ -47,7 +47,7 @@ func ExpandRGB(dst, src []byte) {
 
 // PackRGB writes RGBA src into dst as rgb24, dropping alpha; dst holds 3/4 of len(src). Four
 // pixels at a time, as whole words: 2.5x the byte loop (BenchmarkPackRGB), and an edit's
-// 1024² reference is packed on its critical path (server/worker's hand-over).
+// 1024² RGBA reference is packed on its critical path (server/worker's hand-over).
 func PackRGB(dst, src []byte) {
 	n, i := len(src)/4, 0
 	for ; i+4 <= n; i += 4 {
