@@ -617,9 +617,10 @@ func (t *Task) writeRaw(dir string, pix []byte) (string, error) {
 
 // rawReference is the reference as rgb24 (a *spec.RGB's own pixels, as the server decodes an
 // RGB PNG) when those are the very pixels a PNG decoder makes of it: an image with no upload
-// (the worker would decode the PNG made of it), or an 8-bit PNG upload (lossless, and Pillow's convert("RGB") keeps the colour channels of RGBA, grey
-// and palette images as Go's decoder gives them); else nil. JPEG and WebP decoders differ in
-// the last bits and 16-bit PNGs convert differently, so those reach the worker as uploaded.
+// (the worker would decode the PNG made of it), or an 8-bit PNG upload (lossless, and Pillow's
+// convert("RGB") keeps the colour channels of RGBA, grey and palette images as Go's decoder
+// gives them); else nil. JPEG and WebP decoders differ in the last bits and 16-bit PNGs
+// convert differently, so those reach the worker as uploaded.
 func rawReference(req spec.Request) []byte {
 	if req.Reference == nil || (len(req.ReferenceFile) > 0 && !bytes.HasPrefix(req.ReferenceFile, []byte("\x89PNG\r\n\x1a\n"))) {
 		return nil
