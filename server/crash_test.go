@@ -202,16 +202,28 @@ func TestMediaserveKill9AndRestart(t *testing.T) {
 		"num_frames": "81", "num_inference_steps": "50"}).json(t)["id"].(string)
 	e.waitRunning(t, long, 4)
 	encoderOut := "." + long + ".mp4.tmp" // in ffmpeg's arguments, the file it writes at the end
-	require.NotEmpty(t, proctest.WithArg(encoderOut), "the long job's encoder runs")
+	encoders := proctest.WithArg(encoderOut)
+	require.NotEmpty(t, encoders, "the long job's encoder runs")
+	// ffmpeg writes its file only at the end of its input, which the dead server's pipe gives
+	// it: an encoder that outlived its server would go on to write one after the restart's
+	// sweep. The kernel kills it with the server instead. It closes the dead server's pipe
+	// before it sends that signal, so a running encoder may still see the end of its input
+	// first and write its empty file (it did, under load): stopped, it can only be killed.
+	for _, pid := range encoders {
+		require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
+		require.Eventually(t, func() bool { return proctest.State(pid) == 'T' }, 3*time.Second, time.Millisecond, "encoder %d stopped", pid)
+	}
 	require.NoError(t, first.Process.Signal(syscall.SIGKILL))
 	_ = first.Wait()
 	proctest.AssertGone(t, first.Process.Pid, 3*time.Second)
-	// ffmpeg writes its file only at the end of its input, which the dead server's pipe gives
-	// it: an encoder that outlived its server would write one now, and a slow one after the
-	// restart's sweep. The kernel kills it with the server instead.
 	time.Sleep(300 * time.Millisecond)
-	assert.NotContains(t, dirNames(t, dir), encoderOut, "an encoder outlived the killed server and wrote its file")
-	assert.Empty(t, proctest.WithArg(encoderOut), "an encoder outlived the killed server")
+	if left := proctest.WithArg(encoderOut); len(left) > 0 {
+		t.Errorf("encoders %v outlived the killed server", left)
+		for _, pid := range left {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	assert.NotContains(t, dirNames(t, dir), encoderOut, "an encoder wrote its file after the server was killed")
 	left := dirNames(t, dir)
 	assert.Contains(t, left, done+".mp4", "the dead process left its artifact behind")
 

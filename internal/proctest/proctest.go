@@ -18,14 +18,27 @@ import (
 // Gone reports whether pid no longer runs: absent, or a zombie awaiting its reaper (a sandbox
 // whose PID 1 does not reap leaves killed processes as zombies).
 func Gone(pid int) bool {
+	st := State(pid)
+	return st == 0 || st == 'Z' || st == 'X'
+}
+
+// State is pid's state letter in /proc (R, S, T for stopped, Z, ...): 0 when there is no
+// such process, '?' when its state cannot be read.
+func State(pid int) byte {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return errors.Is(err, os.ErrNotExist)
+		if errors.Is(err, os.ErrNotExist) {
+			return 0
+		}
+		return '?'
 	}
 	// "pid (comm) state ...": comm may hold spaces, so look after the last ')'.
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
-	return i < 0 || strings.HasPrefix(s[i+1:], " Z") || strings.HasPrefix(s[i+1:], " X")
+	if i < 0 || len(s) < i+3 {
+		return 0
+	}
+	return s[i+2]
 }
 
 // AssertGone fails t unless pid is gone within d.
