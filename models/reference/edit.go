@@ -282,6 +282,10 @@ func ditherPass(pix []byte, e, carry []float64, wgt float64, key uint64) {
 func toRGBA(m image.Image) *image.RGBA {
 	b := m.Bounds()
 	out := image.NewRGBA(image.Rect(0, 0, b.Dx(), b.Dy()))
+	if rgb, ok := m.(*spec.RGB); ok && rgb.Stride == 3*b.Dx() { // how the server decodes an RGB PNG
+		spec.ExpandRGB(out.Pix, rgb.Pix)
+		return out
+	}
 	xdraw.Draw(out, out.Rect, m, b.Min, xdraw.Src)
 	for i := 3; i < len(out.Pix); i += 4 {
 		out.Pix[i] = 255

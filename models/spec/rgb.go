@@ -34,5 +34,14 @@ func (m *RGB) RGBAAt(x, y int) color.RGBA {
 	return color.RGBA{m.Pix[i], m.Pix[i+1], m.Pix[i+2], 0xff}
 }
 
+// RGBA64At is the pixel at (x, y) as image.RGBA64Image has it, which image/draw takes in
+// place of At: a 1024² image drawn onto an *image.RGBA took 14.8 ms so, 47.9 ms through At,
+// and 2.0 ms from an *image.RGBA (models/reference's BenchmarkToRGBA, before its own fast path).
+func (m *RGB) RGBA64At(x, y int) color.RGBA64 {
+	c := m.RGBAAt(x, y)
+	r, g, b, a := uint16(c.R), uint16(c.G), uint16(c.B), uint16(c.A)
+	return color.RGBA64{r<<8 | r, g<<8 | g, b<<8 | b, a<<8 | a}
+}
+
 // Opaque is true: RGB has no alpha.
 func (m *RGB) Opaque() bool { return true }
