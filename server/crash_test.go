@@ -216,11 +216,9 @@ func TestMediaserveKill9AndRestart(t *testing.T) {
 	require.NoError(t, first.Process.Signal(syscall.SIGKILL))
 	_ = first.Wait()
 	proctest.AssertGone(t, first.Process.Pid, 3*time.Second)
-	time.Sleep(300 * time.Millisecond)
-	if left := proctest.WithArg(encoderOut); len(left) > 0 {
-		t.Errorf("encoders %v outlived the killed server", left)
-		for _, pid := range left {
-			syscall.Kill(pid, syscall.SIGKILL)
+	for _, pid := range encoders {
+		if !proctest.AssertGone(t, pid, 3*time.Second) {
+			syscall.Kill(pid, syscall.SIGKILL) // it outlived the killed server
 		}
 	}
 	assert.NotContains(t, dirNames(t, dir), encoderOut, "an encoder wrote its file after the server was killed")

@@ -588,9 +588,6 @@ func (t *Task) writeRaw(dir string, pix []byte) (string, error) {
 		return "", &spec.Error{Code: CodeUnavailable, Message: "worker task is closed"}
 	}
 	f := t.rawRef
-	if f != nil && filepath.Dir(f.Name()) != dir {
-		f = nil
-	}
 	if f != nil {
 		if _, err := os.Stat(f.Name()); err != nil { // the scratch directory was emptied
 			f = nil
