@@ -175,6 +175,17 @@ func (br *bitReader) bits(n uint) uint32 {
 	return v
 }
 
+// bitPos is the position of the next unconsumed bit in in.
+func (br *bitReader) bitPos() int { return br.pos*8 - int(br.n) }
+
+// seek moves the reader to bit p of in.
+func (br *bitReader) seek(p int) {
+	*br = bitReader{in: br.in, pos: p >> 3}
+	br.refill()
+	br.buf >>= p & 7
+	br.n -= uint(p & 7)
+}
+
 // align drops the bits up to the next byte boundary and returns the position in in that
 // follows, or -1 if the stream has run past the end of in.
 func (br *bitReader) align() int {
@@ -218,64 +229,116 @@ func (d *inflater) zlibStream(out, z []byte, step int, publish func(int) bool) (
 // zlibStream.
 func (d *inflater) inflate(out, in []byte, step int, publish func(int) bool) (n, end int, ok bool) {
 	d.br = bitReader{in: in}
-	br := &d.br
-	op, mark := 0, math.MaxInt // output so far, next progress mark
-	if publish != nil {
-		step = max(step, 1) // else codes would pause without progress
-		mark = step
+	pr := newProgress(step, publish)
+	op, final, ok := d.blocks(out, 0, math.MaxInt, &pr)
+	if !ok || !final {
+		return 0, 0, false
 	}
-	for final := false; !final; {
-		if br.refill(); br.pos-len(in) > int(br.n>>3) { // already past the end
-			return 0, 0, false
-		}
-		final = br.buf&1 != 0
-		typ := br.buf >> 1 & 3
-		br.buf >>= 3
-		br.n -= 3
-		switch typ {
-		case 0:
-			p := br.align()
-			if p < 0 || len(in)-p < 4 {
-				return 0, 0, false
-			}
-			size := int(binary.LittleEndian.Uint16(in[p:]))
-			if uint16(size) != ^binary.LittleEndian.Uint16(in[p+2:]) || size > len(in)-p-4 || size > len(out)-op {
-				return 0, 0, false
-			}
-			op += copy(out[op:], in[p+4:p+4+size])
-			br.pos = p + 4 + size
-		case 1:
-			d.fixedTables()
-		case 2:
-			if !d.dynamicTables() {
-				return 0, 0, false
-			}
-		case 3:
-			return 0, 0, false
-		}
-		for typ != 0 {
-			var st status
-			if op, st = d.codes(out, op, mark); st == failed {
-				return 0, 0, false
-			} else if st == blockEnd {
-				break
-			}
-			if !publish(op) { // paused at the mark
-				return 0, 0, false
-			}
-			mark = op + step
-		}
-		if op >= mark { // after a stored block
-			if !publish(op) {
-				return 0, 0, false
-			}
-			mark = op + step
-		}
-	}
-	if end = br.align(); end < 0 || publish != nil && op > mark-step && !publish(op) {
+	if end = d.br.align(); end < 0 || !pr.last(op) {
 		return 0, 0, false
 	}
 	return op, end, true
+}
+
+// progress calls publish every step or so bytes of final output.
+type progress struct {
+	step, mark int
+	publish    func(int) bool
+}
+
+func newProgress(step int, publish func(int) bool) progress {
+	if publish == nil {
+		return progress{mark: math.MaxInt}
+	}
+	step = max(step, 1) // else codes would pause without progress
+	return progress{step: step, mark: step, publish: publish}
+}
+
+// reached publishes op, the output final so far, and sets the next mark.
+func (p *progress) reached(op int) bool {
+	p.mark = op + p.step
+	return p.publish(op)
+}
+
+// last publishes the whole output unless that was the last call.
+func (p *progress) last(op int) bool {
+	return p.publish == nil || op <= p.mark-p.step || p.reached(op)
+}
+
+// blocks decodes blocks into out from op, until the end of the final block or, at a block
+// boundary, until the reader has reached bit until of its input. It returns the output so far
+// and whether the final block was decoded.
+func (d *inflater) blocks(out []byte, op, until int, pr *progress) (n int, final, ok bool) {
+	for !final {
+		if d.br.bitPos() >= until {
+			return op, false, true
+		}
+		var typ uint64
+		if final, typ, ok = d.header(); !ok {
+			return 0, false, false
+		}
+		if typ == 0 {
+			b, ok := d.stored()
+			if !ok || len(b) > len(out)-op {
+				return 0, false, false
+			}
+			op += copy(out[op:], b)
+			if op >= pr.mark && !pr.reached(op) {
+				return 0, false, false
+			}
+			continue
+		}
+		for {
+			var st status
+			if op, st = d.codes(out, op, pr.mark); st == failed {
+				return 0, false, false
+			} else if st == blockEnd {
+				break
+			}
+			if !pr.reached(op) { // paused at the mark
+				return 0, false, false
+			}
+		}
+	}
+	return op, true, true
+}
+
+// header reads a block header and loads the block's code: typ 0 is a stored block, whose
+// bytes stored reads.
+func (d *inflater) header() (final bool, typ uint64, ok bool) {
+	br := &d.br
+	if br.refill(); br.pos-len(br.in) > int(br.n>>3) { // already past the end
+		return false, 0, false
+	}
+	final = br.buf&1 != 0
+	typ = br.buf >> 1 & 3
+	br.buf >>= 3
+	br.n -= 3
+	switch typ {
+	case 1:
+		d.fixedTables()
+	case 2:
+		ok = d.dynamicTables()
+		return final, typ, ok
+	case 3:
+		return false, 0, false
+	}
+	return final, typ, true
+}
+
+// stored returns a stored block's bytes, from the input, and moves the reader past them.
+func (d *inflater) stored() ([]byte, bool) {
+	br := &d.br
+	p := br.align()
+	if p < 0 || len(br.in)-p < 4 {
+		return nil, false
+	}
+	size := int(binary.LittleEndian.Uint16(br.in[p:]))
+	if uint16(size) != ^binary.LittleEndian.Uint16(br.in[p+2:]) || size > len(br.in)-p-4 {
+		return nil, false
+	}
+	br.pos = p + 4 + size
+	return br.in[p+4 : br.pos], true
 }
 
 // fixedTables loads the fixed code (RFC 1951 3.2.6), unless the last block left it there.

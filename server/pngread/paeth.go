@@ -3,10 +3,15 @@ package pngread
 // paeth3Go and paeth4Go are unfilter's Paeth cases (nearly every row of a photo) in Go, for 3
 // and 4 bytes a pixel, with the channels interleaved so that the CPU works on three or four
 // independent chains at once: paeth3 and paeth4 on CPUs without an assembly version, and
-// their reference in tests.
-func paeth3Go(cur, prev, src []byte) {
+// their reference in tests. They unfilter the row's bytes from from (a pixel boundary) on: a
+// span of a row whose left part is already decoded in cur, as the parallel unfilter does.
+func paeth3Go(cur, prev, src []byte, from int) {
 	var a0, a1, a2, c0, c1, c2 int
-	for k := 0; k+3 <= len(cur) && k+3 <= len(prev) && k+3 <= len(src); k += 3 {
+	if from >= 3 {
+		a0, a1, a2 = int(cur[from-3]), int(cur[from-2]), int(cur[from-1])
+		c0, c1, c2 = int(prev[from-3]), int(prev[from-2]), int(prev[from-1])
+	}
+	for k := from; k+3 <= len(cur) && k+3 <= len(prev) && k+3 <= len(src); k += 3 {
 		s, u := src[k:k+3:k+3], prev[k:k+3:k+3]
 		b0, b1, b2 := int(u[0]), int(u[1]), int(u[2])
 		a0 = (int(s[0]) + paeth(a0, b0, c0)) & 0xff
@@ -18,9 +23,13 @@ func paeth3Go(cur, prev, src []byte) {
 	}
 }
 
-func paeth4Go(cur, prev, src []byte) {
+func paeth4Go(cur, prev, src []byte, from int) {
 	var a0, a1, a2, a3, c0, c1, c2, c3 int
-	for k := 0; k+4 <= len(cur) && k+4 <= len(prev) && k+4 <= len(src); k += 4 {
+	if from >= 4 {
+		a0, a1, a2, a3 = int(cur[from-4]), int(cur[from-3]), int(cur[from-2]), int(cur[from-1])
+		c0, c1, c2, c3 = int(prev[from-4]), int(prev[from-3]), int(prev[from-2]), int(prev[from-1])
+	}
+	for k := from; k+4 <= len(cur) && k+4 <= len(prev) && k+4 <= len(src); k += 4 {
 		s, u := src[k:k+4:k+4], prev[k:k+4:k+4]
 		b0, b1, b2, b3 := int(u[0]), int(u[1]), int(u[2]), int(u[3])
 		a0 = (int(s[0]) + paeth(a0, b0, c0)) & 0xff

@@ -62,12 +62,27 @@
 	PSRLW $8, X7 \
 	TESTQ CX, CX
 
-// func paeth3SSE2(cur, prev, src *byte, n int)
+// func paeth3SSE2(cur, prev, src *byte, n, left int)
 // n pixels of 3 bytes (RGB) in cur, prev and src, loaded and stored as 2 + 1 bytes so that
-// nothing past a row is touched.
-TEXT ·paeth3SSE2(SB), NOSPLIT, $0-32
+// nothing past a row is touched; left != 0: a and c are the pixels before cur and prev.
+TEXT ·paeth3SSE2(SB), NOSPLIT, $0-40
 	ENTRY
 	JLE done3
+	MOVQ left+32(FP), BX
+	TESTQ BX, BX
+	JZ loop3
+	MOVWLZX -3(DI), AX
+	MOVBLZX -1(DI), BX
+	SHLL $16, BX
+	ORL BX, AX
+	MOVQ AX, X1
+	PUNPCKLBW X0, X1
+	MOVWLZX -3(SI), AX
+	MOVBLZX -1(SI), BX
+	SHLL $16, BX
+	ORL BX, AX
+	MOVQ AX, X2
+	PUNPCKLBW X0, X2
 
 loop3:
 	MOVWLZX (SI), AX
@@ -95,11 +110,20 @@ loop3:
 done3:
 	RET
 
-// func paeth4SSE2(cur, prev, src *byte, n int)
-// n pixels of 4 bytes in cur, prev and src.
-TEXT ·paeth4SSE2(SB), NOSPLIT, $0-32
+// func paeth4SSE2(cur, prev, src *byte, n, left int)
+// n pixels of 4 bytes in cur, prev and src; left as for paeth3SSE2.
+TEXT ·paeth4SSE2(SB), NOSPLIT, $0-40
 	ENTRY
 	JLE done4
+	MOVQ left+32(FP), BX
+	TESTQ BX, BX
+	JZ loop4
+	MOVL -4(DI), AX
+	MOVQ AX, X1
+	PUNPCKLBW X0, X1
+	MOVL -4(SI), AX
+	MOVQ AX, X2
+	PUNPCKLBW X0, X2
 
 loop4:
 	MOVL (SI), AX

@@ -9,7 +9,7 @@ import (
 
 // TestPaethMatchesGo holds paeth3 and paeth4 (assembly on amd64) to the Go loops, byte for
 // byte, over every row length up to 70 pixels and rows of extremes, random bytes and
-// gradients (which make the predictor's ties common).
+// gradients (which make the predictor's ties common), whole rows and spans that continue one.
 func TestPaethMatchesGo(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	fills := map[string]func(i int) byte{
@@ -28,17 +28,25 @@ func TestPaethMatchesGo(t *testing.T) {
 				for i := range src {
 					src[i] = fill(i)
 				}
-				want, got := make([]byte, bpp*n), make([]byte, bpp*n+4)
-				copy(got[bpp*n:], []byte{1, 2, 3, 4}) // a guard past the row
-				if bpp == 3 {
-					paeth3Go(want, prev, src)
-					paeth3(got[:bpp*n], prev, src)
-				} else {
-					paeth4Go(want, prev, src)
-					paeth4(got[:bpp*n], prev, src)
+				want := make([]byte, bpp*n)
+				paethGo := map[int]func(cur, prev, src []byte, from int){3: paeth3Go, 4: paeth4Go}[bpp]
+				paethNow := map[int]func(cur, prev, src []byte, from int){3: paeth3, 4: paeth4}[bpp]
+				paethGo(want, prev, src, 0)
+				// A span from a pixel boundary, the row's left part decoded already (the
+				// parallel unfilter's segments), must continue the row exactly.
+				for _, from := range []int{0, 1, n / 2, n - 1} {
+					if from < 0 || from > n || (from == 1 && n < 2) {
+						continue
+					}
+					for impl, paeth := range map[string]func(cur, prev, src []byte, from int){"go": paethGo, "now": paethNow} {
+						got := make([]byte, bpp*n+4)
+						copy(got, want[:bpp*from])
+						copy(got[bpp*n:], []byte{1, 2, 3, 4}) // a guard past the row
+						paeth(got[:bpp*n], prev, src, bpp*from)
+						require.Equal(t, want, got[:bpp*n], "%s: %s, %d pixels from %d, %d bytes a pixel", impl, name, n, from, bpp)
+						require.Equal(t, []byte{1, 2, 3, 4}, got[bpp*n:], "%s: %s, %d pixels, %d bytes a pixel: wrote past the row", impl, name, n, bpp)
+					}
 				}
-				require.Equal(t, want, got[:bpp*n], "%s, %d pixels, %d bytes a pixel", name, n, bpp)
-				require.Equal(t, []byte{1, 2, 3, 4}, got[bpp*n:], "%s, %d pixels, %d bytes a pixel: wrote past the row", name, n, bpp)
 			}
 		}
 	}
@@ -56,12 +64,12 @@ func BenchmarkPaeth(b *testing.B) {
 	}
 	b.Run("go", func(b *testing.B) {
 		for b.Loop() {
-			paeth3Go(cur, prev, src)
+			paeth3Go(cur, prev, src, 0)
 		}
 	})
 	b.Run("now", func(b *testing.B) {
 		for b.Loop() {
-			paeth3(cur, prev, src)
+			paeth3(cur, prev, src, 0)
 		}
 	})
 }

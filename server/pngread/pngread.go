@@ -275,9 +275,9 @@ func unfilter(f byte, cur, prev, src []byte, bpp int) bool {
 		}
 	case 4:
 		if bpp == 3 {
-			paeth3(cur, prev, src)
+			paeth3(cur, prev, src, 0)
 		} else {
-			paeth4(cur, prev, src)
+			paeth4(cur, prev, src, 0)
 		}
 	default:
 		return false
