@@ -5,6 +5,7 @@ import (
 	"hash/adler32"
 	"math"
 	"math/bits"
+	"unsafe"
 )
 
 // A whole-buffer DEFLATE (RFC 1951) decoder for the fast path: the stream is one []byte and
@@ -208,16 +209,22 @@ type inflater struct {
 }
 
 // zlibStream decompresses the zlib stream (RFC 1950) at the start of z into out, which it
-// must fill exactly, and returns where the stream ends in z. If publish is not nil, it calls
-// publish(n) every step or so bytes, and at the end, once out[:n] is final (publish returning
-// false aborts); it verifies the adler32 trailer after the last call. It fails on a preset
-// dictionary.
-func (d *inflater) zlibStream(out, z []byte, step int, publish func(int) bool) (end int, ok bool) {
+// must fill exactly, and returns where the stream ends in z. With parts, it decodes in
+// parallel (inflateParallel), else serially. If publish is not nil, it calls publish(n) every
+// step or so bytes, and at the end, once out[:n] is final (publish returning false aborts); it
+// verifies the adler32 trailer after the last call. It fails on a preset dictionary.
+func (d *inflater) zlibStream(out, z []byte, parts []*part, step int, publish func(int) bool) (end int, ok bool) {
 	if len(z) < 2 || z[0]&0x0f != 8 || z[0]>>4 > 7 || (uint(z[0])<<8|uint(z[1]))%31 != 0 || z[1]&0x20 != 0 {
 		return 0, false
 	}
-	n, end, ok := d.inflate(out, z[2:], step, publish)
-	if end += 2; !ok || n != len(out) || len(z)-end < 4 || binary.BigEndian.Uint32(z[end:]) != adler32.Checksum(out) {
+	var n int
+	var sum uint32
+	if len(parts) > 0 {
+		n, end, sum, ok = d.inflateParallel(out, z[2:], parts, step, publish)
+	} else if n, end, ok = d.inflate(out, z[2:], step, publish); ok {
+		sum = adler32.Checksum(out)
+	}
+	if end += 2; !ok || n != len(out) || len(z)-end < 4 || binary.BigEndian.Uint32(z[end:]) != sum {
 		return 0, false
 	}
 	return end + 4, true
@@ -290,7 +297,7 @@ func (d *inflater) blocks(out []byte, op, until int, pr *progress) (n int, final
 		}
 		for {
 			var st status
-			if op, st = d.codes(out, op, pr.mark); st == failed {
+			if op, st = codes(d, out, op, pr.mark); st == failed {
 				return 0, false, false
 			} else if st == blockEnd {
 				break
@@ -423,8 +430,17 @@ const (
 )
 
 // codes decodes a Huffman block's codes into out from op, until the end of the block or until
-// op reaches stop. This is the hot loop, with the bit reader in locals.
-func (d *inflater) codes(out []byte, op, stop int) (int, status) {
+// op reaches stop. This is the hot loop, with the bit reader in locals. With T uint16 it
+// decodes a part of a parallel inflate (see part): a match may then reach up to window
+// symbols before out, which it writes as markers.
+func codes[T byte | uint16](d *inflater, out []T, op, stop int) (int, status) {
+	size := int(unsafe.Sizeof(T(0))) // fixed for each instantiation
+	reach := 0                       // how far before out a match may reach
+	if size == 2 {
+		reach = window
+	}
+	// out as bytes, for copying matches a word at a time
+	ob := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(out))), len(out)*size)
 	in, pos, buf, nb := d.br.in, d.br.pos, d.br.buf, d.br.n
 	lit, dist := &d.lit, &d.dist
 	st := failed
@@ -447,20 +463,29 @@ func (d *inflater) codes(out []byte, op, stop int) (int, status) {
 		// do not hold up the load.
 		e := lit[buf&(1<<litBits-1)]
 		if length != 0 {
-			end := op + length
-			if dst >= 8 && len(out)-end >= 8 {
+			end, from := op+length, op-dst
+			switch {
+			case from < 0: // into the window before a part: markers
+				for ; op < end; op, from = op+1, from+1 {
+					if from < 0 {
+						out[op] = T(255 - from)
+					} else {
+						out[op] = out[from]
+					}
+				}
+			case dst*size >= 8 && (len(out)-end)*size >= 8:
 				// Most matches are short: copy words, writing up to 7 bytes past end, which
 				// later output overwrites. Each word read lies below op, so is final.
-				for from := op - dst; op < end; op, from = op+8, from+8 {
-					binary.LittleEndian.PutUint64(out[op:], binary.LittleEndian.Uint64(out[from:]))
+				for f, o, e := from*size, op*size, end*size; o < e; f, o = f+8, o+8 {
+					binary.LittleEndian.PutUint64(ob[o:], binary.LittleEndian.Uint64(ob[f:]))
 				}
-			} else if dst >= length {
-				copy(out[op:end], out[op-dst:])
-			} else {
+			case dst >= length:
+				copy(out[op:end], out[from:])
+			default:
 				// Overlapping: the output repeats with period dst, so copying from the match's
 				// start doubles what each copy can take.
-				for from := op - dst; op < end; {
-					op += copy(out[op:end], out[from:op])
+				for o := op; o < end; {
+					o += copy(out[o:end], out[from:o])
 				}
 			}
 			op, length = end, 0
@@ -478,7 +503,7 @@ func (d *inflater) codes(out []byte, op, stop int) (int, status) {
 			if op >= len(out) {
 				break
 			}
-			out[op] = byte(e >> 16)
+			out[op] = T(byte(e >> 16))
 			op++
 			buf >>= e & 63
 			nb -= uint(e & 63)
@@ -505,7 +530,7 @@ func (d *inflater) codes(out []byte, op, stop int) (int, status) {
 		dst = int(e>>16) + int(buf&(1<<(e&63)-1)>>(e>>8&15))
 		buf >>= e & 63
 		nb -= uint(e & 63)
-		if e&entInvalid != 0 || dst > op || length > len(out)-op {
+		if e&entInvalid != 0 || dst > op+reach || length > len(out)-op {
 			break
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"io"
 	"math/bits"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -634,10 +635,10 @@ func TestZlibStream(t *testing.T) {
 	z := deflate(in)
 	var d inflater
 	out := make([]byte, len(in))
-	if end, ok := d.zlibStream(out, z, 0, nil); !ok || end != len(z) || !bytes.Equal(out, in) {
+	if end, ok := d.zlibStream(out, z, nil, 0, nil); !ok || end != len(z) || !bytes.Equal(out, in) {
 		t.Fatalf("valid stream: ok %v, end %d of %d", ok, end, len(z))
 	}
-	if end, ok := d.zlibStream(out, append(bytes.Clone(z), 9, 9), 0, nil); !ok || end != len(z) {
+	if end, ok := d.zlibStream(out, append(bytes.Clone(z), 9, 9), nil, 0, nil); !ok || end != len(z) {
 		t.Fatalf("trailing bytes: ok %v, end %d of %d", ok, end, len(z))
 	}
 	mod := func(f func(b []byte) []byte) []byte { return f(bytes.Clone(z)) }
@@ -653,7 +654,7 @@ func TestZlibStream(t *testing.T) {
 		"oneLess":  deflate(in[:len(in)-1]),
 		"twoParts": append(deflate(in[:100]), deflate(in[100:])...),
 	} {
-		if _, ok := d.zlibStream(out, bad, 0, nil); ok {
+		if _, ok := d.zlibStream(out, bad, nil, 0, nil); ok {
 			t.Errorf("%s: zlibStream accepted it", name)
 		}
 		zr, err := zlib.NewReader(bytes.NewReader(bad))
@@ -675,7 +676,7 @@ func TestZlibStream(t *testing.T) {
 	if got, err := io.ReadAll(zr); err != nil || !bytes.Equal(got, in) {
 		t.Fatal("compress/zlib no longer accepts an empty preset dictionary:", err)
 	}
-	if _, ok := d.zlibStream(out, dict, 0, nil); ok {
+	if _, ok := d.zlibStream(out, dict, nil, 0, nil); ok {
 		t.Fatal("zlibStream accepted a preset dictionary")
 	}
 }
@@ -693,43 +694,62 @@ func fixCheck(b []byte) []byte {
 func TestInflatePublish(t *testing.T) {
 	for name, in := range inputs(300_000) {
 		for _, level := range levels {
-			t.Run(fmt.Sprintf("%s/level%d", name, level), func(t *testing.T) {
-				var d inflater
-				z := zlibAt(t, in, level)
-				out := make([]byte, len(in))
-				const step = 4096
-				var marks []int
-				var sums []uint32
-				end, ok := d.zlibStream(out, z, step, func(n int) bool {
-					if len(marks) > 0 && n <= marks[len(marks)-1] || n > len(out) {
-						t.Fatalf("mark %d after %v", n, marks)
+			for _, nparts := range []int{1, 4} {
+				t.Run(fmt.Sprintf("%s/level%d/parts%d", name, level, nparts), func(t *testing.T) {
+					var d inflater
+					z := zlibAt(t, in, level)
+					out := make([]byte, len(in))
+					parts := newParts(nparts)
+					const step = 4096
+					var marks []int
+					var sums []uint32
+					end, ok := d.zlibStream(out, z, parts, step, func(n int) bool {
+						if len(marks) > 0 && n <= marks[len(marks)-1] || n > len(out) {
+							t.Fatalf("mark %d after %v", n, marks)
+						}
+						if !bytes.Equal(out[:n], in[:n]) {
+							t.Fatalf("mark %d published before the bytes below it were final", n)
+						}
+						marks = append(marks, n)
+						sums = append(sums, crc32.ChecksumIEEE(out[:n]))
+						return true
+					})
+					if !ok || end != len(z) || !bytes.Equal(out, in) {
+						t.Fatal("zlibStream failed")
 					}
-					marks = append(marks, n)
-					sums = append(sums, crc32.ChecksumIEEE(out[:n]))
-					return true
+					if marks[len(marks)-1] != len(out) {
+						t.Fatalf("last mark %d, want %d", marks[len(marks)-1], len(out))
+					}
+					// Once a part is placed, output is published only where a placed part
+					// begins and at the end, each part's whole output at once.
+					var starts []int
+					for _, c := range parts {
+						if c.op >= 0 {
+							starts = append(starts, c.op)
+						}
+					}
+					prev := 0
+					for i, m := range marks {
+						switch {
+						case len(starts) > 0 && m > starts[0]:
+							if m != len(out) && !slices.Contains(starts, m) {
+								t.Fatalf("mark %d inside a placed part (parts start at %v)", m, starts)
+							}
+						case m-prev > step+65535: // a stored block can jump 64 KiB past a mark
+							t.Fatalf("marks %d and %d are too far apart", prev, m)
+						}
+						if crc32.ChecksumIEEE(out[:m]) != sums[i] {
+							t.Fatalf("bytes below mark %d changed after it was published", m)
+						}
+						prev = m
+					}
+					// Aborting: publish returning false stops zlibStream, which fails.
+					calls := 0
+					if _, ok := d.zlibStream(out, z, parts, step, func(int) bool { calls++; return calls < 3 }); ok || calls != 3 {
+						t.Fatalf("aborted stream: ok %v after %d calls", ok, calls)
+					}
 				})
-				if !ok || end != len(z) || !bytes.Equal(out, in) {
-					t.Fatal("zlibStream failed")
-				}
-				if marks[len(marks)-1] != len(out) {
-					t.Fatalf("last mark %d, want %d", marks[len(marks)-1], len(out))
-				}
-				prev := 0
-				for i, m := range marks {
-					if m-prev > step+65535 { // a stored block can jump 64 KiB past a mark
-						t.Fatalf("marks %d and %d are too far apart", prev, m)
-					}
-					if crc32.ChecksumIEEE(out[:m]) != sums[i] {
-						t.Fatalf("bytes below mark %d changed after it was published", m)
-					}
-					prev = m
-				}
-				// Aborting: publish returning false stops zlibStream, which fails.
-				calls := 0
-				if _, ok := d.zlibStream(out, z, step, func(int) bool { calls++; return calls < 3 }); ok || calls != 3 {
-					t.Fatalf("aborted stream: ok %v after %d calls", ok, calls)
-				}
-			})
+			}
 		}
 	}
 }
@@ -807,13 +827,13 @@ func FuzzInflate(f *testing.F) {
 					n = k
 				}
 			}
-			if _, ok := d.zlibStream(make([]byte, n), data, 0, nil); ok {
+			if _, ok := d.zlibStream(make([]byte, n), data, nil, 0, nil); ok {
 				t.Fatal("zlibStream decoded a stream compress/zlib rejects")
 			}
 			return
 		}
 		out := make([]byte, len(want))
-		end, ok := d.zlibStream(out, data, 0, nil)
+		end, ok := d.zlibStream(out, data, nil, 0, nil)
 		if !ok && data[1]&0x20 != 0 {
 			return // the documented preset dictionary case
 		}
@@ -865,7 +885,7 @@ func BenchmarkInflate(b *testing.B) {
 		b.SetBytes(int64(size))
 		var d inflater
 		for b.Loop() {
-			if end, ok := d.zlibStream(out, z, 0, nil); !ok || end != len(z) {
+			if end, ok := d.zlibStream(out, z, nil, 0, nil); !ok || end != len(z) {
 				b.Fatal("inflate failed")
 			}
 		}

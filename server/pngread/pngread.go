@@ -8,6 +8,9 @@ import (
 	"hash/crc32"
 	"image"
 	"image/png"
+	"runtime"
+	"sync"
+	"sync/atomic"
 
 	"mediaqual/models/spec"
 )
@@ -28,17 +31,18 @@ func Decode(data []byte) (image.Image, error) {
 	return png.Decode(bytes.NewReader(data))
 }
 
-// batchBytes sets how much inflated data goes with one hand-over to the unfiltering caller:
-// a channel operation per row would cost a wake-up per row when it keeps up.
+// batchBytes sets how much inflated data goes with one hand-over to the unfiltering goroutines.
 const batchBytes = 64 << 10
 
 // fastState is what a fast-path decode needs besides the image: the inflater's tables, the
-// filtered rows and, when the stream spans several IDAT chunks, the joined stream. Kept for
-// the next decode (fastStates), as they are megabytes for a photo.
+// parallel inflate's parts, the filtered rows and, when the stream spans several IDAT chunks,
+// the joined stream. Kept for the next decode (fastStates), as they are megabytes for a photo.
 type fastState struct {
 	inf      inflater
+	parts    []*part
 	filtered []byte
 	joined   []byte
+	rowsDone []rowProgress
 }
 
 // fastStates keeps up to two states between decodes, not a sync.Pool: a pool is emptied by
@@ -99,53 +103,42 @@ func decodeFast(data []byte) image.Image {
 		img, pix = m, m.Pix
 	}
 	st := getState()
-	defer putState(st) // only once the inflater has stopped: see below
+	defer putState(st) // only once every goroutine has stopped: see below
 	if cap(st.filtered) < h*rowLen {
 		st.filtered = make([]byte, h*rowLen)
 	}
 	filtered := st.filtered[:h*rowLen]
+	nparts, unfilters := shape(zlen, decodeProcs())
+	for len(st.parts) < nparts-1 {
+		st.parts = append(st.parts, new(part))
+	}
+	parts := st.parts[:nparts-1]
 
 	// The inflater publishes how much of filtered is final; the rows below that are unfiltered
-	// here meanwhile, into the image: matches may still copy from the filtered bytes.
-	ready := make(chan int, 4)
-	done := make(chan struct{})
-	var inflOK bool
-	go func() {
-		defer close(ready)
-		inflOK = inflateIDAT(st, filtered, idat, zlen, func(n int) bool {
-			select {
-			case ready <- n:
-				return true
-			case <-done:
-				return false
-			}
+	// meanwhile, into the image: matches may still copy from the filtered bytes.
+	var ready atomic.Int64
+	var failed atomic.Bool
+	var inflater sync.WaitGroup
+	inflater.Go(func() {
+		ok := inflateIDAT(st, filtered, idat, zlen, parts, func(n int) bool {
+			ready.Store(int64(n))
+			return !failed.Load()
 		})
-	}()
-
-	stride := bpp * w
-	zero := make([]byte, stride)
-	prev, y := zero, 0
-	for n := range ready {
-		for ; y < h && (y+1)*rowLen <= n; y++ {
-			row, cur := filtered[y*rowLen:(y+1)*rowLen], pix[y*stride:(y+1)*stride]
-			if !unfilter(row[0], cur, prev, row[1:], bpp) {
-				close(done)
-				for range ready { // wait for the inflater to stop: no goroutine outlives Decode
-				}
-				return nil
-			}
-			prev = cur
+		if !ok {
+			failed.Store(true)
 		}
-	}
-	if !inflOK || y != h {
+	})
+	ok = unfilterRows(st, pix, filtered, w, h, bpp, unfilters, &ready, &failed)
+	inflater.Wait() // no goroutine outlives Decode
+	if !ok || failed.Load() {
 		return nil
 	}
 	return img
 }
 
 // inflateIDAT decompresses the IDAT payloads' zlib stream into filtered, which it must fill
-// exactly, publishing progress, and checks the stream's end the way image/png does.
-func inflateIDAT(st *fastState, filtered []byte, idat [][]byte, zlen int, publish func(int) bool) bool {
+// exactly, in parallel with parts, publishing progress, and checks the stream's end the way image/png does.
+func inflateIDAT(st *fastState, filtered []byte, idat [][]byte, zlen int, parts []*part, publish func(int) bool) bool {
 	var z []byte
 	switch len(idat) {
 	case 0:
@@ -160,7 +153,7 @@ func inflateIDAT(st *fastState, filtered []byte, idat [][]byte, zlen int, publis
 			z = append(z, c...)
 		}
 	}
-	end, ok := st.inf.zlibStream(filtered, z, batchBytes, publish)
+	end, ok := st.inf.zlibStream(filtered, z, parts, batchBytes, publish)
 	if !ok {
 		return false
 	}
@@ -249,35 +242,112 @@ func scan(data []byte) (w, h, ct int, idat [][]byte, ok bool) {
 	}
 }
 
+// maxUnfilters caps the goroutines unfilterRows uses; segmentPixels is the width of the
+// segments they hand on to the next row: a wake-up costs about what 100 pixels do.
+const segmentPixels = 128
+
+var maxUnfilters = 4 // a variable for benchmarks and tests
+
+// unfilterRows undoes the rows' filters into pix on g goroutines, this one among them: row y
+// on goroutine y%g, once the inflater has published it, in segments that each start when the
+// row above has done the same segment (the Up, Average and Paeth filters read the row above
+// up to the same pixel). A bad filter type, or a failure of the inflater, stops them all.
+func unfilterRows(st *fastState, pix, filtered []byte, w, h, bpp, g int, ready *atomic.Int64, failed *atomic.Bool) bool {
+	if cap(st.rowsDone) < h {
+		st.rowsDone = make([]rowProgress, h)
+	}
+	done := st.rowsDone[:h]
+	for i := range done {
+		done[i].segments.Store(0)
+	}
+	rowLen, stride, seg := 1+bpp*w, bpp*w, bpp*segmentPixels
+	nseg := (stride + seg - 1) / seg
+	zero := make([]byte, stride)
+	// wait spins until cond holds or a failure, now and then yielding to other goroutines:
+	// the waits are short, and yielding every time contends for the scheduler's queue.
+	wait := func(cond func() bool) bool {
+		for i := 1; !cond(); i++ {
+			if i%64 == 0 {
+				if failed.Load() {
+					return false
+				}
+				runtime.Gosched()
+			}
+		}
+		return true
+	}
+	rows := func(first int) {
+		for y := first; y < h; y += g {
+			if !wait(func() bool { return ready.Load() >= int64((y+1)*rowLen) }) {
+				return
+			}
+			row, cur, prev := filtered[y*rowLen:(y+1)*rowLen], pix[y*stride:(y+1)*stride], zero
+			if y > 0 {
+				prev = pix[(y-1)*stride : y*stride]
+			}
+			for s := range nseg {
+				if y > 0 && !wait(func() bool { return done[y-1].segments.Load() > int32(s) }) {
+					return
+				}
+				end := min((s+1)*seg, stride)
+				if !unfilter(row[0], cur[:end], prev[:end], row[1:end+1], bpp, s*seg) {
+					failed.Store(true)
+					return
+				}
+				done[y].segments.Store(int32(s + 1))
+			}
+		}
+	}
+	var others sync.WaitGroup
+	for i := 1; i < g; i++ {
+		others.Go(func() { rows(i) })
+	}
+	rows(0)
+	others.Wait()
+	return !failed.Load()
+}
+
+// rowProgress counts a row's segments unfiltered, alone in its cache line: rows next to each
+// other are on different goroutines.
+type rowProgress struct {
+	segments atomic.Int32
+	_        [60]byte
+}
+
 // unfilter undoes filter f on one row of filtered samples src (bpp bytes per pixel) into
-// cur, given the row above, prev, decoded. It reports false for an invalid filter type.
-func unfilter(f byte, cur, prev, src []byte, bpp int) bool {
+// cur, given the row above, prev, decoded, from byte from (a pixel boundary: cur's bytes
+// before it are decoded). It reports false for an invalid filter type.
+func unfilter(f byte, cur, prev, src []byte, bpp, from int) bool {
 	n := min(len(cur), len(prev), len(src))
 	cur, prev, src = cur[:n], prev[:n], src[:n]
 	switch f {
 	case 0:
-		copy(cur, src)
+		copy(cur[from:], src[from:])
 	case 1:
-		copy(cur[:min(bpp, n)], src)
-		for i := bpp; i < n; i++ {
+		i := from
+		for ; i < min(bpp, n); i++ {
+			cur[i] = src[i]
+		}
+		for ; i < n; i++ {
 			cur[i] = src[i] + cur[i-bpp]
 		}
 	case 2:
-		for i := range n {
+		for i := from; i < n; i++ {
 			cur[i] = src[i] + prev[i]
 		}
 	case 3:
-		for i := range min(bpp, n) {
+		i := from
+		for ; i < min(bpp, n); i++ {
 			cur[i] = src[i] + prev[i]>>1
 		}
-		for i := bpp; i < n; i++ {
+		for ; i < n; i++ {
 			cur[i] = src[i] + byte((uint(cur[i-bpp])+uint(prev[i]))>>1)
 		}
 	case 4:
 		if bpp == 3 {
-			paeth3(cur, prev, src, 0)
+			paeth3(cur, prev, src, from)
 		} else {
-			paeth4(cur, prev, src, 0)
+			paeth4(cur, prev, src, from)
 		}
 	default:
 		return false

@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -438,6 +439,26 @@ func BenchmarkDecode(b *testing.B) {
 			}
 		}
 	})
+	// The parallel decode's shape: parts of the inflate, goroutines of the unfilter.
+	defer func(p, u int, procs func() int) {
+		maxParts, maxUnfilters, decodeProcs = p, u, procs
+	}(maxParts, maxUnfilters, decodeProcs)
+	decodeProcs = func() int { return 64 } // the shape is set here
+	for _, p := range []int{1, 2, 4, 8} {
+		for _, u := range []int{1, 2, 4, 6} {
+			if p > runtime.GOMAXPROCS(0) || u > runtime.GOMAXPROCS(0) {
+				continue
+			}
+			maxParts, maxUnfilters = p, u
+			b.Run(fmt.Sprintf("pngread-parts-%d-unfilters-%d", p, u), func(b *testing.B) {
+				for b.Loop() {
+					if decodeFast(data) == nil {
+						b.Fatal("the fast path failed")
+					}
+				}
+			})
+		}
+	}
 }
 
 // TestStatesKept: decode states outlive a garbage collection, at most two of them, and none
@@ -460,5 +481,31 @@ func TestStatesKept(t *testing.T) {
 	putState(big)
 	if st := getState(); st == big {
 		t.Fatal("a state past keepStateBytes was kept")
+	}
+}
+
+// BenchmarkUnfilter unfilters the 1024² photo's rows, inflated already, on 1 to 6 goroutines.
+func BenchmarkUnfilter(b *testing.B) {
+	data, err := fixtures.Image("chelsea.png", 1024, 1024)
+	if err != nil {
+		b.Fatal(err)
+	}
+	w, h, _, idat, _ := scan(data)
+	filtered, pix := make([]byte, h*(1+3*w)), make([]byte, h*3*w)
+	if _, ok := new(inflater).zlibStream(filtered, bytes.Join(idat, nil), nil, 0, nil); !ok {
+		b.Fatal("inflate failed")
+	}
+	st := new(fastState)
+	for _, g := range []int{1, 2, 4, 6} {
+		b.Run(fmt.Sprintf("goroutines-%d", g), func(b *testing.B) {
+			var ready atomic.Int64
+			var failed atomic.Bool
+			ready.Store(int64(len(filtered)))
+			for b.Loop() {
+				if !unfilterRows(st, pix, filtered, w, h, 3, g, &ready, &failed) {
+					b.Fatal("unfilter failed")
+				}
+			}
+		})
 	}
 }
