@@ -25,6 +25,7 @@ import (
 	"strconv"
 	"sync"
 
+	"mediaqual/internal/adler"
 	"mediaqual/models/spec"
 )
 
@@ -301,7 +302,7 @@ func PNG(w io.Writer, v spec.Video) error {
 			return s.err
 		}
 		parts = append(parts, s.deflated)
-		sum = adler32Combine(sum, s.adler, s.n)
+		sum = adler.Combine(sum, s.adler, s.n)
 	}
 	parts = append(parts, binary.BigEndian.AppendUint32(nil, sum))
 	chunk(bw, "IDAT", parts...)
@@ -360,30 +361,6 @@ func deflateStrip(pix []byte, stride, y0, y1 int, last bool) pngStrip {
 		err = zw.Flush()
 	}
 	return pngStrip{deflated: out.Bytes(), adler: sum.Sum32(), n: n, err: err}
-}
-
-// adler32Combine is the adler32 of A then B from theirs and B's length (zlib's
-// adler32_combine).
-func adler32Combine(a, b uint32, lenB int) uint32 {
-	const mod = 65521
-	rem := uint32(lenB % mod)
-	s1 := a & 0xffff
-	s2 := rem * s1 % mod
-	s1 += b&0xffff + mod - 1
-	s2 += a>>16 + b>>16 + mod - rem
-	if s1 >= mod {
-		s1 -= mod
-	}
-	if s1 >= mod {
-		s1 -= mod
-	}
-	if s2 >= 2*mod {
-		s2 -= 2 * mod
-	}
-	if s2 >= mod {
-		s2 -= mod
-	}
-	return s1 | s2<<16
 }
 
 func chunk(w *bufio.Writer, typ string, data ...[]byte) {

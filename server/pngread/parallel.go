@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+
+	"mediaqual/internal/adler"
 )
 
 // A parallel inflate for one large stream held whole, with speculative parts (the method of
@@ -358,31 +360,7 @@ func (h *hasher) sum() uint32 {
 	h.wait()
 	s := adler32.Checksum(nil)
 	for _, p := range h.pieces {
-		s = adler32Combine(s, p.sum, p.n)
+		s = adler.Combine(s, p.sum, p.n)
 	}
 	return s
-}
-
-// adler32Combine returns the adler32 of a+b given those of a and b and b's length (zlib's
-// adler32_combine).
-func adler32Combine(a, b uint32, n int) uint32 {
-	const base = 65521
-	rem := uint32(n % base)
-	s1 := a & 0xffff
-	s2 := rem * s1 % base
-	s1 += b&0xffff + base - 1
-	s2 += a>>16 + b>>16 + base - rem
-	if s1 >= base {
-		s1 -= base
-	}
-	if s1 >= base {
-		s1 -= base
-	}
-	if s2 >= base<<1 {
-		s2 -= base << 1
-	}
-	if s2 >= base {
-		s2 -= base
-	}
-	return s1 | s2<<16
 }

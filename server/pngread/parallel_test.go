@@ -161,24 +161,6 @@ func TestFindBlock(t *testing.T) {
 	}
 }
 
-// TestAdler32Combine holds the combination to the checksum of the whole.
-func TestAdler32Combine(t *testing.T) {
-	r := rand.New(rand.NewPCG(7, 8))
-	for range 200 {
-		a, b := make([]byte, r.IntN(200000)), make([]byte, r.IntN(200000))
-		for i := range a {
-			a[i] = byte(r.Uint32())
-		}
-		for i := range b {
-			b[i] = 0xff // the largest sums
-		}
-		want := adler32.Checksum(append(bytes.Clone(a), b...))
-		if got := adler32Combine(adler32.Checksum(a), adler32.Checksum(b), len(b)); got != want {
-			t.Fatalf("combine of %d and %d bytes: %08x, want %08x", len(a), len(b), got, want)
-		}
-	}
-}
-
 // BenchmarkInflateParallel inflates the 1024² photo's IDAT stream serially and in 2 to 8 parts.
 func BenchmarkInflateParallel(b *testing.B) {
 	_, z, w, h := photoStream(b, "chelsea.png")
