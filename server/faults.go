@@ -151,15 +151,15 @@ func (f *fault) fps(fps int) int {
 }
 
 // encoded acts on the finished file.
-func (f *fault) encoded(path string) error {
+func (f *fault) encoded(path string) (changed bool, err error) {
 	if !f.is("corrupt-mp4") {
-		return nil
+		return false, nil
 	}
 	st, err := os.Stat(path)
 	if err != nil {
-		return err
+		return false, err
 	}
-	return os.Truncate(path, st.Size()/2)
+	return true, os.Truncate(path, st.Size()/2)
 }
 
 // failPoll reports whether this poll of an unfinished job answers 500.

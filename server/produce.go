@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -107,10 +108,13 @@ func (g generated) encode(ctx context.Context, path string, f *fault) (Product, 
 		}
 		err = encode.MP4(ctx, path, v, f.fps(g.req.FPS))
 	default:
-		err = writePNG(path, v)
+		p.SHA256, p.Bytes, err = writePNG(path, v)
 	}
 	if err == nil {
-		err = f.encoded(path)
+		var changed bool
+		if changed, err = f.encoded(path); changed {
+			p.SHA256 = ""
+		}
 	}
 	if digest != nil {
 		p.FramesSHA256 = <-digest
@@ -121,9 +125,11 @@ func (g generated) encode(ctx context.Context, path string, f *fault) (Product, 
 	if err != nil {
 		return Product{}, &spec.Error{Code: "encode_failed", Message: err.Error()}
 	}
-	if p.SHA256, p.Bytes, err = digestFile(path); err != nil {
-		os.Remove(path)
-		return Product{}, err
+	if p.SHA256 == "" { // ffmpeg wrote the file, or a fault changed it
+		if p.SHA256, p.Bytes, err = digestFile(path); err != nil {
+			os.Remove(path)
+			return Product{}, err
+		}
 	}
 	return p, nil
 }
@@ -196,21 +202,58 @@ func checkActual(cp spec.Checkpoint, capability spec.Capability, s spec.Settings
 	return v, nil
 }
 
-func writePNG(path string, img spec.Video) error {
+func writePNG(path string, img spec.Video) (sha string, n int64, err error) {
 	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
 	f, err := os.Create(tmp)
 	if err != nil {
-		return err
+		return "", 0, err
 	}
 	defer os.Remove(tmp)
-	if err := encode.PNG(f, img); err != nil {
+	hw := newHashingWriter(f)
+	err = encode.PNG(hw, img)
+	if sha, n = hw.sum(); err != nil {
 		f.Close()
-		return err
+		return "", 0, err
 	}
 	if err := f.Close(); err != nil {
-		return err
+		return "", 0, err
 	}
-	return os.Rename(tmp, path)
+	return sha, n, os.Rename(tmp, path)
+}
+
+// hashingWriter writes to w and digests what it wrote (sha256) on another goroutine, from a
+// copy: the digest of a 1024² PNG (2.3 MB, about 1.2 ms) then runs while the file is written,
+// not after it, reading the file back.
+type hashingWriter struct {
+	w      io.Writer
+	n      int64
+	pieces chan []byte
+	digest chan string
+}
+
+func newHashingWriter(w io.Writer) *hashingWriter {
+	hw := &hashingWriter{w: w, pieces: make(chan []byte, 64), digest: make(chan string, 1)}
+	go func() {
+		h := sha256.New()
+		for b := range hw.pieces {
+			h.Write(b)
+		}
+		hw.digest <- hex.EncodeToString(h.Sum(nil))
+	}()
+	return hw
+}
+
+func (hw *hashingWriter) Write(p []byte) (int, error) {
+	n, err := hw.w.Write(p)
+	hw.pieces <- bytes.Clone(p[:n]) // the caller may reuse p once Write returns
+	hw.n += int64(n)
+	return n, err
+}
+
+// sum ends the writer and returns the digest and size of what was written.
+func (hw *hashingWriter) sum() (string, int64) {
+	close(hw.pieces)
+	return <-hw.digest, hw.n
 }
 
 func digestFile(path string) (string, int64, error) {
