@@ -785,7 +785,8 @@ func TestStreamEnd(t *testing.T) {
 // --- fuzzing ---------------------------------------------------------------------------
 
 // FuzzInflate compares inflate (mode even) or zlibStream (mode odd) with compress/flate or
-// compress/zlib: the same output and stream end, or a failure where they fail.
+// compress/zlib: the same output and stream end, or a failure where they fail; in mode even,
+// also the parallel inflate in 2 to 8 parts with the serial one.
 func FuzzInflate(f *testing.F) {
 	text := inputs(3000)["text"]
 	for _, level := range levels {
@@ -808,6 +809,7 @@ func FuzzInflate(f *testing.F) {
 		var d inflater
 		if mode%2 == 0 {
 			agree(t, &d, data, limit)
+			agreeParallel(t, data, limit, 2+int(mode/2)%7, "fuzz input")
 			return
 		}
 		r := bytes.NewReader(data)
