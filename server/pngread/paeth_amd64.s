@@ -62,6 +62,16 @@
 	PSRLW $8, X7 \
 	TESTQ CX, CX
 
+// LOAD3 loads the 3 bytes at off(reg) into the low 16-bit lanes of x (2 + 1 byte loads, so
+// that nothing past a row is read). Uses AX and BX; X0 = 0.
+#define LOAD3(off, reg, x) \
+	MOVWLZX off(reg), AX \
+	MOVBLZX off+2(reg), BX \
+	SHLL $16, BX \
+	ORL BX, AX \
+	MOVQ AX, x \
+	PUNPCKLBW X0, x
+
 // func paeth3SSE2(cur, prev, src *byte, n, left int)
 // n pixels of 3 bytes (RGB) in cur, prev and src, loaded and stored as 2 + 1 bytes so that
 // nothing past a row is touched; left != 0: a and c are the pixels before cur and prev.
@@ -71,32 +81,12 @@ TEXT ·paeth3SSE2(SB), NOSPLIT, $0-40
 	MOVQ left+32(FP), BX
 	TESTQ BX, BX
 	JZ loop3
-	MOVWLZX -3(DI), AX
-	MOVBLZX -1(DI), BX
-	SHLL $16, BX
-	ORL BX, AX
-	MOVQ AX, X1
-	PUNPCKLBW X0, X1
-	MOVWLZX -3(SI), AX
-	MOVBLZX -1(SI), BX
-	SHLL $16, BX
-	ORL BX, AX
-	MOVQ AX, X2
-	PUNPCKLBW X0, X2
+	LOAD3(-3, DI, X1)
+	LOAD3(-3, SI, X2)
 
 loop3:
-	MOVWLZX (SI), AX
-	MOVBLZX 2(SI), BX
-	SHLL $16, BX
-	ORL BX, AX
-	MOVQ AX, X3
-	PUNPCKLBW X0, X3
-	MOVWLZX (DX), AX
-	MOVBLZX 2(DX), BX
-	SHLL $16, BX
-	ORL BX, AX
-	MOVQ AX, X4
-	PUNPCKLBW X0, X4
+	LOAD3(0, SI, X3)
+	LOAD3(0, DX, X4)
 	PAETH
 	MOVW AX, (DI)
 	SHRL $16, AX
