@@ -236,10 +236,9 @@ func (c *part) decode(in []byte, p, total int, cancel *atomic.Bool) bool {
 				return false
 			}
 			if !inLit {
-				// Switch to bytes once the last window symbols hold no marker: later output
-				// can copy no marker then.
-				// Only the latest marker matters: look back from the end, to the symbols
-				// looked at before.
+				// Switch to bytes once the last window symbols hold no marker (later output
+				// can copy none then). Only the latest marker matters: look back from the end
+				// to the symbols looked at before.
 				for i := op - 1; i >= max(scanned, op-window); i-- {
 					if c.sym[i] > 255 {
 						lastMarker = i
