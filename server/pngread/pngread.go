@@ -49,7 +49,8 @@ type fastState struct {
 // the garbage collector, which a server runs between its edits, and a 1024² reference's 3 MB
 // of filtered rows then came back as fresh pages to fault in (server's
 // BenchmarkImageEditReceiveAfterIdle: receive 27.6-28.6 ms p50 with a pool, 23.8-25.7 with
-// these). States for images past 4096x2048 are not kept.
+// these). States of more than keepStateBytes (an RGBA image past 4096x2048, or a parallel
+// decode's parts past about 12 MB of output) are not kept.
 var fastStates = make(chan *fastState, 2)
 
 const keepStateBytes = 4096 * 2048 * 4
@@ -64,13 +65,22 @@ func getState() *fastState {
 }
 
 func putState(st *fastState) {
-	if cap(st.filtered)+cap(st.joined) > keepStateBytes {
+	if st.bytes() > keepStateBytes {
 		return
 	}
 	select {
 	case fastStates <- st:
 	default:
 	}
+}
+
+// bytes is about how much memory the state holds.
+func (st *fastState) bytes() int {
+	n := cap(st.filtered) + cap(st.joined)
+	for _, c := range st.parts {
+		n += 2*cap(c.sym) + cap(c.lit) + len(c.win)
+	}
+	return n
 }
 
 // decodeFast returns nil whenever it cannot vouch that image/png would return the same pixels.

@@ -482,6 +482,11 @@ func TestStatesKept(t *testing.T) {
 	if st := getState(); st == big {
 		t.Fatal("a state past keepStateBytes was kept")
 	}
+	bigParts := &fastState{parts: []*part{{sym: make([]uint16, keepStateBytes/2)}}}
+	putState(bigParts)
+	if st := getState(); st == bigParts {
+		t.Fatal("a state whose parts are past keepStateBytes was kept")
+	}
 }
 
 // BenchmarkUnfilter unfilters the 1024² photo's rows, inflated already, on 1 to 6 goroutines.
