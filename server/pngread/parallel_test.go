@@ -9,7 +9,6 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -125,23 +124,28 @@ func TestInflateParallelPlacesParts(t *testing.T) {
 	}
 }
 
-// TestDecodeParallel decodes the photos with the widest shape, a broken filter type and a
-// broken byte of the stream among them, against image/png; valid ones must take the fast path.
+// TestDecodeParallel decodes the photos with the serial and the widest shape, a broken filter
+// type, a broken byte of the stream and a broken adler32 among them, against image/png; valid
+// ones must take the fast path. (The adler32 is checked after the last rows are published: on
+// a photo the unfilter is done by then.)
 func TestDecodeParallel(t *testing.T) {
 	defer func(procs func() int) { decodeProcs = procs }(decodeProcs)
-	decodeProcs = func() int { return 64 }
-	for _, name := range []string{"chelsea.png", "astronaut.png", "coffee.png", "rocket.png"} {
-		data, _, _, _ := photoStream(t, name)
-		if decodeFast(data) == nil {
-			t.Fatalf("%s: the fast path failed", name)
-		}
-		same(t, data)
-		// A flipped byte in the middle of the first IDAT chunk, CRC fixed: DEFLATE data or a
-		// filter type gone wrong, found by the inflater, its adler32 or the unfilter.
-		for _, at := range []int{len(data) / 4, len(data) / 2, 3 * len(data) / 4} {
-			bad := bytes.Clone(data)
-			bad[at] ^= 0x5a
-			same(t, fixCRCs(bad))
+	for _, procs := range []int{2, 64} {
+		decodeProcs = func() int { return procs }
+		for _, name := range []string{"chelsea.png", "astronaut.png", "coffee.png", "rocket.png"} {
+			data, _, _, _ := photoStream(t, name)
+			if decodeFast(data) == nil {
+				t.Fatalf("%s: the fast path failed", name)
+			}
+			same(t, data)
+			// A flipped byte in the IDAT chunk, CRC fixed: DEFLATE data or a filter type gone
+			// wrong, found by the inflater, its adler32 or the unfilter; the last flip is in the
+			// adler32 itself (IDAT is the last chunk before IEND: its CRC and IEND follow).
+			for _, at := range []int{len(data) / 4, len(data) / 2, 3 * len(data) / 4, len(data) - 12 - 4 - 1} {
+				bad := bytes.Clone(data)
+				bad[at] ^= 0x5a
+				same(t, fixCRCs(bad))
+			}
 		}
 	}
 }
@@ -246,24 +250,48 @@ func TestUnfilterWaitsForRows(t *testing.T) {
 	filtered := filterRows(samples(w, h, bpp, 13), bpp, func(y int) byte { return byte(y % 5) })
 	rowLen := 1 + bpp*w
 	want := make([]byte, w*h*bpp)
-	var ready atomic.Int64
-	var failed atomic.Bool
-	ready.Store(int64(len(filtered)))
-	if !unfilterRows(new(fastState), want, filtered, w, h, bpp, 1, &ready, &failed) {
+	all := newInflated()
+	all.publish(len(filtered))
+	if !unfilterRows(new(fastState), want, filtered, w, h, bpp, 1, all) {
 		t.Fatal("unfilter failed")
 	}
 	for _, g := range []int{1, 3} {
 		buf, got := bytes.Repeat([]byte{0xee}, len(filtered)), make([]byte, len(want))
-		ready.Store(0)
+		in := newInflated()
 		go func() {
 			for y := range h {
 				time.Sleep(100 * time.Microsecond)
 				copy(buf[y*rowLen:], filtered[y*rowLen:(y+1)*rowLen])
-				ready.Store(int64((y + 1) * rowLen))
+				in.publish((y + 1) * rowLen)
 			}
 		}()
-		if !unfilterRows(new(fastState), got, buf, w, h, bpp, g, &ready, &failed) || !bytes.Equal(got, want) {
+		if !unfilterRows(new(fastState), got, buf, w, h, bpp, g, in) || !bytes.Equal(got, want) {
 			t.Fatalf("%d goroutines: rows decoded before they were published", g)
+		}
+	}
+}
+
+// TestUnfilterStopsOnFailure: the inflater failing, or a bad filter type, ends every unfilter
+// goroutine, those asleep waiting for rows among them.
+func TestUnfilterStopsOnFailure(t *testing.T) {
+	const w, h, bpp = 300, 40, 3
+	filtered := filterRows(samples(w, h, bpp, 14), bpp, func(y int) byte { return byte(y % 5) })
+	for _, g := range []int{1, 3} {
+		in := newInflated()
+		in.publish(5 * (1 + bpp*w)) // five rows, then the inflater fails
+		go func() {
+			time.Sleep(10 * time.Millisecond)
+			in.fail()
+		}()
+		if unfilterRows(new(fastState), make([]byte, w*h*bpp), filtered, w, h, bpp, g, in) {
+			t.Fatalf("%d goroutines: unfilter succeeded after the inflater failed", g)
+		}
+		bad := bytes.Clone(filtered)
+		bad[7*(1+bpp*w)] = 5 // row 7's filter type
+		in = newInflated()
+		in.publish(len(bad))
+		if unfilterRows(new(fastState), make([]byte, w*h*bpp), bad, w, h, bpp, g, in) {
+			t.Fatalf("%d goroutines: unfilter succeeded with filter type 5", g)
 		}
 	}
 }

@@ -126,24 +126,78 @@ func decodeFast(data []byte) image.Image {
 
 	// The inflater publishes how much of filtered is final; the rows below that are unfiltered
 	// meanwhile, into the image: matches may still copy from the filtered bytes.
-	var ready atomic.Int64
-	var failed atomic.Bool
+	in := newInflated()
 	var inflater sync.WaitGroup
 	inflater.Go(func() {
-		ok := inflateIDAT(st, filtered, idat, zlen, parts, func(n int) bool {
-			ready.Store(int64(n))
-			return !failed.Load()
-		})
-		if !ok {
-			failed.Store(true)
+		if !inflateIDAT(st, filtered, idat, zlen, parts, in.publish) {
+			in.fail()
 		}
 	})
-	ok = unfilterRows(st, pix, filtered, w, h, bpp, unfilters, &ready, &failed)
-	inflater.Wait() // no goroutine outlives Decode
-	if !ok || failed.Load() {
+	ok = unfilterRows(st, pix, filtered, w, h, bpp, unfilters, in)
+	inflater.Wait()              // no goroutine outlives Decode
+	if !ok || in.failed.Load() { // the adler32 is checked after the last rows are published
 		return nil
 	}
 	return img
+}
+
+// inflated is how much of the filtered rows the inflater has made final, or that the decode
+// failed. The unfilter goroutines sleep while they wait for rows: the inflater is the slower
+// side on a machine with few cores, and a spinning wait would take a core from it.
+type inflated struct {
+	n       atomic.Int64
+	failed  atomic.Bool
+	waiters atomic.Int32
+	mu      sync.Mutex
+	cond    sync.Cond
+}
+
+func newInflated() *inflated {
+	in := new(inflated)
+	in.cond.L = &in.mu
+	return in
+}
+
+// publish notes that the first n bytes are final; it reports false once the decode failed.
+func (in *inflated) publish(n int) bool {
+	in.n.Store(int64(n))
+	in.wake()
+	return !in.failed.Load()
+}
+
+func (in *inflated) fail() {
+	in.failed.Store(true)
+	in.wake()
+}
+
+// wake wakes the sleeping waiters. A waiter counts itself before it looks at n under the
+// lock, so it either sees the new n or is woken here.
+func (in *inflated) wake() {
+	if in.waiters.Load() > 0 {
+		in.mu.Lock()
+		in.cond.Broadcast()
+		in.mu.Unlock()
+	}
+}
+
+// wait returns true once n bytes are final, false once the decode failed.
+func (in *inflated) wait(n int) bool {
+	for range 100 { // a short spin first: the rows are often there already
+		if in.failed.Load() {
+			return false
+		}
+		if in.n.Load() >= int64(n) {
+			return true
+		}
+	}
+	in.waiters.Add(1)
+	in.mu.Lock()
+	for in.n.Load() < int64(n) && !in.failed.Load() {
+		in.cond.Wait()
+	}
+	in.mu.Unlock()
+	in.waiters.Add(-1)
+	return !in.failed.Load()
 }
 
 // inflateIDAT decompresses the IDAT payloads' zlib stream into filtered, which it must fill
@@ -262,7 +316,7 @@ var maxUnfilters = 4 // a variable for benchmarks and tests
 // on goroutine y%g, once the inflater has published it, in segments that each start when the
 // row above has done the same segment (the Up, Average and Paeth filters read the row above
 // up to the same pixel). A bad filter type, or a failure of the inflater, stops them all.
-func unfilterRows(st *fastState, pix, filtered []byte, w, h, bpp, g int, ready *atomic.Int64, failed *atomic.Bool) bool {
+func unfilterRows(st *fastState, pix, filtered []byte, w, h, bpp, g int, in *inflated) bool {
 	if cap(st.rowsDone) < h {
 		st.rowsDone = make([]rowProgress, h)
 	}
@@ -273,12 +327,13 @@ func unfilterRows(st *fastState, pix, filtered []byte, w, h, bpp, g int, ready *
 	rowLen, stride, seg := 1+bpp*w, bpp*w, bpp*segmentPixels
 	nseg := (stride + seg - 1) / seg
 	zero := make([]byte, stride)
-	// wait spins until cond holds or a failure, now and then yielding to other goroutines:
-	// the waits are short, and yielding every time contends for the scheduler's queue.
-	wait := func(cond func() bool) bool {
-		for i := 1; !cond(); i++ {
+	// above spins until row y's segment s is done, or a failure, now and then yielding to other
+	// goroutines: the row above is being unfiltered, so the wait is short, and yielding every
+	// time contends for the scheduler's queue.
+	above := func(y, s int) bool {
+		for i := 1; done[y].segments.Load() <= int32(s); i++ {
 			if i%64 == 0 {
-				if failed.Load() {
+				if in.failed.Load() {
 					return false
 				}
 				runtime.Gosched()
@@ -288,7 +343,7 @@ func unfilterRows(st *fastState, pix, filtered []byte, w, h, bpp, g int, ready *
 	}
 	rows := func(first int) {
 		for y := first; y < h; y += g {
-			if !wait(func() bool { return ready.Load() >= int64((y+1)*rowLen) }) {
+			if !in.wait((y + 1) * rowLen) {
 				return
 			}
 			row, cur, prev := filtered[y*rowLen:(y+1)*rowLen], pix[y*stride:(y+1)*stride], zero
@@ -296,12 +351,12 @@ func unfilterRows(st *fastState, pix, filtered []byte, w, h, bpp, g int, ready *
 				prev = pix[(y-1)*stride : y*stride]
 			}
 			for s := range nseg {
-				if y > 0 && !wait(func() bool { return done[y-1].segments.Load() > int32(s) }) {
+				if y > 0 && !above(y-1, s) {
 					return
 				}
 				end := min((s+1)*seg, stride)
 				if !unfilter(row[0], cur[:end], prev[:end], row[1:end+1], bpp, s*seg) {
-					failed.Store(true)
+					in.fail()
 					return
 				}
 				done[y].segments.Store(int32(s + 1))
@@ -314,7 +369,7 @@ func unfilterRows(st *fastState, pix, filtered []byte, w, h, bpp, g int, ready *
 	}
 	rows(0)
 	others.Wait()
-	return !failed.Load()
+	return !in.failed.Load()
 }
 
 // rowProgress counts a row's segments unfiltered, alone in its cache line: rows next to each

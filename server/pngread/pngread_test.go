@@ -12,7 +12,6 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"runtime"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -503,11 +502,10 @@ func BenchmarkUnfilter(b *testing.B) {
 	st := new(fastState)
 	for _, g := range []int{1, 2, 4, 6} {
 		b.Run(fmt.Sprintf("goroutines-%d", g), func(b *testing.B) {
-			var ready atomic.Int64
-			var failed atomic.Bool
-			ready.Store(int64(len(filtered)))
+			in := newInflated()
+			in.publish(len(filtered))
 			for b.Loop() {
-				if !unfilterRows(st, pix, filtered, w, h, 3, g, &ready, &failed) {
+				if !unfilterRows(st, pix, filtered, w, h, 3, g, in) {
 					b.Fatal("unfilter failed")
 				}
 			}
