@@ -62,11 +62,15 @@ type part struct {
 func (c *part) size() int { return c.nsym + max(c.nlit-window, 0) }
 
 // shape returns how many parts to inflate a stream of zlen bytes in and how many goroutines to
-// unfilter with, given procs processors. Parallel work pays only with cores to spare: on two
-// cores the parts' extra work (markers, the search for a block) costs more than it gains
-// (go test -bench Decode/pngread-parts on 2 and 16 cores: docs/PERFORMANCE.md).
+// unfilter with, given procs processors. From go test -bench Decode/pngread-parts on 4, 8 and
+// 16 of the H200 host's cores: as many parts as cores (up to maxParts) and up to four unfilter
+// goroutines do best, the unfilters sleeping while the parts run; on 2 cores every parallel
+// shape was slower than the serial decode (docs/PERFORMANCE.md).
 func shape(zlen, procs int) (parts, unfilters int) {
-	return max(min(zlen/minPartBytes, procs/2, maxParts), 1), max(min(procs/4, maxUnfilters), 1)
+	if procs < 4 {
+		return 1, 1
+	}
+	return max(min(zlen/minPartBytes, procs, maxParts), 1), min(procs, maxUnfilters)
 }
 
 // decodeProcs is the processors a decode may use: a variable for tests.

@@ -124,13 +124,13 @@ func TestInflateParallelPlacesParts(t *testing.T) {
 	}
 }
 
-// TestDecodeParallel decodes the photos with the serial and the widest shape, a broken filter
+// TestDecodeParallel decodes the photos with the shapes of 2, 4 and 64 cores, a broken filter
 // type, a broken byte of the stream and a broken adler32 among them, against image/png; valid
 // ones must take the fast path. (The adler32 is checked after the last rows are published: on
 // a photo the unfilter is done by then.)
 func TestDecodeParallel(t *testing.T) {
 	defer func(procs func() int) { decodeProcs = procs }(decodeProcs)
-	for _, procs := range []int{2, 64} {
+	for _, procs := range []int{2, 4, 64} {
 		decodeProcs = func() int { return procs }
 		for _, name := range []string{"chelsea.png", "astronaut.png", "coffee.png", "rocket.png"} {
 			data, _, _, _ := photoStream(t, name)
