@@ -1,5 +1,7 @@
 // Package pngread decodes PNG uploads faster than image/png for the layouts we receive
-// (8-bit RGB/RGBA, not interlaced) and defers to image/png for everything else.
+// (8-bit RGB/RGBA, not interlaced) and defers to image/png for everything else. With cores to
+// spare it inflates the stream in parallel parts (parallel.go) and unfilters rows on several
+// goroutines (unfilterRows), the output always the serial decode's.
 package pngread
 
 import (
