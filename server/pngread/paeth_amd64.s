@@ -72,6 +72,12 @@
 	MOVQ AX, x \
 	PUNPCKLBW X0, x
 
+// LOAD4 loads the 4 bytes at off(reg) into the low 16-bit lanes of x. Uses AX; X0 = 0.
+#define LOAD4(off, reg, x) \
+	MOVL off(reg), AX \
+	MOVQ AX, x \
+	PUNPCKLBW X0, x
+
 // func paeth3SSE2(cur, prev, src *byte, n, left int)
 // n pixels of 3 bytes (RGB) in cur, prev and src, loaded and stored as 2 + 1 bytes so that
 // nothing past a row is touched; left != 0: a and c are the pixels before cur and prev.
@@ -108,20 +114,12 @@ TEXT ·paeth4SSE2(SB), NOSPLIT, $0-40
 	MOVQ left+32(FP), BX
 	TESTQ BX, BX
 	JZ loop4
-	MOVL -4(DI), AX
-	MOVQ AX, X1
-	PUNPCKLBW X0, X1
-	MOVL -4(SI), AX
-	MOVQ AX, X2
-	PUNPCKLBW X0, X2
+	LOAD4(-4, DI, X1)
+	LOAD4(-4, SI, X2)
 
 loop4:
-	MOVL (SI), AX
-	MOVQ AX, X3
-	PUNPCKLBW X0, X3
-	MOVL (DX), AX
-	MOVQ AX, X4
-	PUNPCKLBW X0, X4
+	LOAD4(0, SI, X3)
+	LOAD4(0, DX, X4)
 	PAETH
 	MOVL AX, (DI)
 	ADDQ $4, DI
