@@ -20,10 +20,13 @@ const (
 
 // Request is one AIPerf request set against the server's ledger by X-Request-ID.
 type Request struct {
-	XRequestID     string
-	Warmup         bool
-	LatencyMS      float64 // client end-to-end, from profile_export.jsonl (0 when it has no metric)
-	CreditIssuedNS int64   // when AIPerf issued it: the send time (record start times are shifted)
+	XRequestID string
+	Warmup     bool
+	LatencyMS  float64 // client end-to-end, from profile_export.jsonl; meaningful only when HasLatency
+	// HasLatency says AIPerf recorded a request_latency for the request: a record without one
+	// (or no record at all) has no client time, which must never read as 0 ms.
+	HasLatency     bool
+	CreditIssuedNS int64 // when AIPerf issued it: the send time (record start times are shifted)
 	ClientError    *ErrorDetails
 	JobID          string // the server's id as AIPerf saw it
 	Raw            RawRecord
@@ -46,7 +49,7 @@ func Join(x Exports, entries []ledger.Entry) []Request {
 		q := Request{XRequestID: raw.Meta.XRequestID, Warmup: raw.Meta.Phase == Warmup, CreditIssuedNS: raw.Meta.CreditIssuedNS,
 			ClientError: raw.Error, JobID: raw.JobID(), Raw: raw}
 		if rec, ok := byID[q.XRequestID]; ok {
-			q.LatencyMS, _ = rec.LatencyMS()
+			q.LatencyMS, q.HasLatency = rec.LatencyMS()
 			if q.ClientError == nil {
 				q.ClientError = rec.Error
 			}

@@ -54,6 +54,9 @@ func TestJoinClassifiesEveryRequest(t *testing.T) {
 	for _, q := range reqs {
 		if q.XRequestID == "ok" {
 			assert.Equal(t, 12.5, q.LatencyMS)
+			assert.True(t, q.HasLatency)
+		} else {
+			assert.False(t, q.HasLatency, "%s: no request_latency recorded, not 0 ms", q.XRequestID)
 		}
 		if q.XRequestID == "warm" {
 			assert.True(t, q.Warmup)

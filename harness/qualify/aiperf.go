@@ -34,12 +34,13 @@ type AIPerfRun struct {
 
 // Request is one AIPerf request and what the server said of it.
 type Request struct {
-	item      workItem
-	Warmup    bool
-	RequestID string
-	JobID     string
-	LatencyMS float64 // AIPerf's request_latency
-	creditNS  int64
+	item       workItem
+	Warmup     bool
+	RequestID  string
+	JobID      string
+	LatencyMS  float64 // AIPerf's request_latency, when it recorded one (hasLatency)
+	hasLatency bool
+	creditNS   int64
 	// TaskMS is the server's Task time for this request; 0 when it reports none.
 	TaskMS   float64
 	timing   api.Timing
@@ -132,24 +133,32 @@ func AIPerf(c *Case, s *Served) (AIPerfRun, string, error) {
 	if err := check.AIPerfRun(reqs, execErr, warmup, measured, pinned); err != nil {
 		return run, "", err
 	}
+	run.Requests = requestsOf(reqs, byPrompt)
+	how := "every request maps to exactly one server job"
+	if s.External {
+		how = "every request maps to exactly one job the endpoint reports"
+	}
+	return run, fmt.Sprintf("AIPerf %s: %s (%d warmup, %d measured); %s", env.Version, aiperf.Summarize(reqs), warmup, measured, how), nil
+}
+
+// requestsOf is each accounted AIPerf request (every one completed, with its one terminal
+// server line) with its pinned input and what the server said of it.
+func requestsOf(reqs []aiperf.Request, byPrompt map[string]workItem) []Request {
+	var out []Request
 	for _, r := range reqs {
 		prompt, _ := r.Raw.Payload["prompt"].(string)
 		e := r.Server[0]
 		q := Request{item: byPrompt[prompt], Warmup: r.Warmup, RequestID: r.XRequestID, JobID: e.JobID,
-			LatencyMS: r.LatencyMS, creditNS: r.CreditIssuedNS, raw: r.Raw}
+			LatencyMS: r.LatencyMS, hasLatency: r.HasLatency, creditNS: r.CreditIssuedNS, raw: r.Raw}
 		if e.Timing != nil {
 			q.timing, q.TaskMS = *e.Timing, e.Timing.TaskCallWallMS
 		}
 		if e.Output != nil {
 			q.declared, q.peakMB = *e.Output, e.Output.PeakMemoryMB
 		}
-		run.Requests = append(run.Requests, q)
+		out = append(out, q)
 	}
-	how := "every request maps to exactly one server job"
-	if s.External {
-		how = "every request maps to exactly one job the endpoint reports"
-	}
-	return run, fmt.Sprintf("AIPerf %s: %s (%d warmup, %d measured); %s", env.Version, aiperf.Summarize(reqs), warmup, measured, how), nil
+	return out
 }
 
 func countRequests(reqs []aiperf.Request) map[string]int {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"mediaqual/harness/aiperf"
+	"mediaqual/harness/check"
 	"mediaqual/harness/media"
 	"mediaqual/models/spec"
 	"mediaqual/reports"
@@ -31,6 +32,11 @@ func Timing(c *Case, a Artifacts) (string, error) {
 	measured := a.measured()
 	untimed := 0
 	for _, s := range measured {
+		if !s.hasLatency {
+			// A missing latency read as 0 ms would make the overhead negative and the budget
+			// unfailable.
+			return "", &check.Failure{Check: "timing-latency", Detail: fmt.Sprintf("request %s (job %s): AIPerf recorded no request_latency for it, so its client time is unknown", s.RequestID, s.JobID)}
+		}
 		if s.TaskMS <= 0 {
 			if !c.Config.Target.External() {
 				return "", fmt.Errorf("check task-wall: request %s: the server reported no Task-call wall", s.RequestID)
