@@ -17,6 +17,7 @@ import (
 	qual "mediaqual/harness/qualify"
 	"mediaqual/internal/casegen"
 	"mediaqual/reports"
+	"mediaqual/server"
 )
 
 // faultCases pairs every injectable fault with the checkpoint it is tried on and the check
@@ -45,6 +46,22 @@ var faultCases = []struct {
 	{"refetch-fails", "ref-t2v", "artifact-fetch"},
 	{"load-fails", "ref-t2v", "launch"},
 	{"exit-nonzero", "ref-t2v", "clean-exit"},
+	// The server reports the settings it really ran (half the steps): the artifacts stage holds
+	// every served actual to what was asked, before identity would see other bytes.
+	{"actual-differs", "ref-t2v", "actual-settings"},
+	{"actual-unasked", "ref-edit", "actual-settings"},
+}
+
+// TestEveryFaultHasACase: a fault mediaserve offers without a self-test case proves nothing,
+// and a case for a fault mediaserve does not have would fail at the server's flag.
+func TestEveryFaultHasACase(t *testing.T) {
+	var cased []string
+	for _, fc := range faultCases {
+		require.NotContains(t, cased, fc.fault, "two cases for one fault")
+		cased = append(cased, fc.fault)
+	}
+	slices.Sort(cased)
+	assert.Equal(t, server.FaultNames(), cased, "server.Faults and faultCases (faults_test.go) must name the same faults")
 }
 
 // TestFaultsAreCaught runs the real qualification of a reference checkpoint against a

@@ -39,6 +39,8 @@ var Faults = map[string]string{
 	"refetch-fails":       "an artifact can be downloaded once; later downloads answer 500",
 	"load-fails":          "loading the models fails, so the server exits before it is ready",
 	"exit-nonzero":        "the server exits with status 1 after a clean shutdown",
+	"actual-differs":      "the Task runs half the asked num_inference_steps and the server says so in actual (its own actual guard bypassed)",
+	"actual-unasked":      "edits report a num_frames and fps in actual, settings an edit is never asked",
 }
 
 // FaultNames lists the faults, sorted.
@@ -99,6 +101,14 @@ func (t faultyTask) Run(ctx context.Context, req spec.Request) (spec.Output, err
 		case <-ctx.Done():
 			return spec.Output{}, ctx.Err()
 		}
+	case t.f.is("actual-differs"):
+		asked := req.Steps
+		req.Steps = fewerSteps(asked)
+		out, err := t.Task.Run(ctx, req)
+		// What the server's own guard (checkActual) compares: a server without that guard
+		// would serve this job, so the fault lets it through; product reports what ran.
+		out.Actual.Steps = asked
+		return out, err
 	case t.f.is("ignore-reference") && req.Reference != nil:
 		b := req.Reference.Bounds()
 		grey := image.NewRGBA(image.Rect(0, 0, b.Dx(), b.Dy()))
@@ -108,6 +118,25 @@ func (t faultyTask) Run(ctx context.Context, req spec.Request) (spec.Output, err
 		req.Reference = grey
 	}
 	return t.Task.Run(ctx, req)
+}
+
+// fewerSteps is the num_inference_steps actual-differs runs instead of n.
+func fewerSteps(n int) int {
+	if n > 1 {
+		return n / 2
+	}
+	return 2
+}
+
+// product tampers with what a finished job reports it produced (its actual), after the
+// server's own checks: the video object, the edit's answer and the ledger line all say it.
+func (f *fault) product(a *spec.Actual, capability spec.Capability) {
+	switch {
+	case f.is("actual-differs"):
+		a.Steps = fewerSteps(a.Steps) // honestly: the steps the Task ran
+	case f.is("actual-unasked") && capability == spec.ImageEdit:
+		a.NumFrames, a.FPS = 1, 24
+	}
 }
 
 // frames tampers with checked output just before it is encoded, where the server's own

@@ -24,6 +24,9 @@ type Failure struct {
 
 func (f *Failure) Error() string { return "check " + f.Check + ": " + f.Detail }
 
+// Fail is a failed check, for the stages that find it.
+func Fail(check, format string, args ...any) *Failure { return fail(check, format, args...) }
+
 func fail(check, format string, args ...any) *Failure {
 	return &Failure{Check: check, Detail: fmt.Sprintf(format, args...)}
 }

@@ -45,6 +45,7 @@ type Request struct {
 	TaskMS   float64
 	timing   api.Timing
 	declared ledger.Output // what the server declared of the artifact (digests), when it did
+	actual   *api.Actual   // what the server reports it produced; nil when it reports nothing
 	peakMB   float64
 	raw      aiperf.RawRecord
 }
@@ -156,6 +157,7 @@ func requestsOf(reqs []aiperf.Request, byPrompt map[string]workItem) []Request {
 		if e.Output != nil {
 			q.declared, q.peakMB = *e.Output, e.Output.PeakMemoryMB
 		}
+		q.actual = e.Actual
 		out = append(out, q)
 	}
 	return out

@@ -50,7 +50,7 @@ func FetchArtifacts(c *Case, s *Served, native Native, run AIPerfRun) (Artifacts
 		return out, "", errors.New("no AIPerf requests to check: the aiperf stage failed")
 	}
 	var failed []error // every artifact is fetched and kept; each failure is listed
-	declared := 0
+	declared, unreported := 0, 0
 	for _, r := range run.Requests {
 		a := Artifact{Request: r}
 		var data []byte
@@ -80,6 +80,14 @@ func FetchArtifacts(c *Case, s *Served, native Native, run AIPerfRun) (Artifacts
 			return out, "", err
 		}
 		where := fmt.Sprintf("served %s (request %s, job %s)", r.item.key, r.RequestID, r.JobID)
+		if r.actual == nil {
+			if !s.External {
+				failed = append(failed, fmt.Errorf("%s: %w", where, check.Fail("actual-settings", "the ledger's line reports no actual")))
+			}
+			unreported++
+		} else if err := check.Settings(r.item.asked, *r.actual); err != nil {
+			failed = append(failed, fmt.Errorf("%s: %w", where, err))
+		}
 		frames, err := c.validate(a.Path, r.item)
 		if err != nil {
 			failed = append(failed, fmt.Errorf("%s: %w", where, err))
@@ -103,9 +111,14 @@ func FetchArtifacts(c *Case, s *Served, native Native, run AIPerfRun) (Artifacts
 	}
 	c.Row.Counts["artifacts_verified"] = len(out.Served)
 	if s.External {
-		return out, fmt.Sprintf("%d artifacts of the AIPerf run fetched and verified; %d held to a digest the endpoint declared (it keeps no ledger the suite can read)", len(out.Served), declared), nil
+		settings := "each one's actual settings equal to what was asked"
+		if unreported > 0 {
+			settings = fmt.Sprintf("actual settings not reported for %d of them", unreported)
+			c.limit(spec.Implemented, fmt.Sprintf("actual-settings not reported: the endpoint reports no actual for %d of %d artifacts, so an ignored setting cannot be told from an honoured one", unreported, len(out.Served)))
+		}
+		return out, fmt.Sprintf("%d artifacts of the AIPerf run fetched and verified, %s; %d held to a digest the endpoint declared (it keeps no ledger the suite can read)", len(out.Served), settings, declared), nil
 	}
-	return out, fmt.Sprintf("%d artifacts of the AIPerf run fetched, matched to the ledger's digests and verified", len(out.Served)), nil
+	return out, fmt.Sprintf("%d artifacts of the AIPerf run fetched, matched to the ledger's digests and verified, each one's actual settings equal to what was asked", len(out.Served)), nil
 }
 
 // content fetches a video's content; from an endpoint, the answer is kept for the contract's
@@ -164,7 +177,7 @@ func Influence(c *Case, s *Served) (string, error) {
 		return "", fmt.Errorf("the influence probe needs two references; fixture set has %d", len(items))
 	}
 	a, b := items[0], items[1]
-	b.fields = a.fields // same instruction and settings, other reference
+	b.fields, b.asked = a.fields, a.asked // same instruction and settings, other reference
 	pa, err := c.edit(s, a, casePrefix(c.Entry.ID)+"-influence-a")
 	if err != nil {
 		return "", err
@@ -198,6 +211,11 @@ func (c *Case) edit(s *Served, it workItem, requestID string) ([]byte, error) {
 	if r.SHA256 != "" || !s.External {
 		if err := check.Digest("artifact-digest", digest(r.PNG), r.SHA256); err != nil {
 			return nil, err
+		}
+	}
+	if _, reported := r.Raw["actual"]; reported || !s.External {
+		if err := check.Settings(it.asked, r.Actual); err != nil {
+			return nil, fmt.Errorf("probe %s: %w", requestID, err)
 		}
 	}
 	path := filepath.Join(c.Dir, "probe", requestID+".png")

@@ -28,6 +28,7 @@ type workItem struct {
 	key    string
 	fields map[string]string
 	ref    []byte
+	asked  api.Settings // the settings the fields ask for, as the actual-settings check reads them
 }
 
 // Native is what the correctness stage established: the native path's output for each pinned
@@ -65,7 +66,7 @@ func (c *Case) loadItems() ([]workItem, error) {
 	for i, p := range set.Prompts {
 		s := e.Defaults
 		s.Prompt = p.Text
-		out = append(out, workItem{key: fmt.Sprintf("prompt-%d", i), fields: s.Fields(e.Controls, e.Workload)})
+		out = append(out, workItem{key: fmt.Sprintf("prompt-%d", i), fields: s.Fields(e.Controls, e.Workload), asked: asked(e, s)})
 	}
 	for _, ed := range set.Edits {
 		s := e.Defaults
@@ -75,12 +76,22 @@ func (c *Case) loadItems() ([]workItem, error) {
 			return nil, err
 		}
 		c.Row.Dataset["sent:"+ed.Name] = digest(ref)[:16]
-		out = append(out, workItem{key: ed.Name, fields: s.Fields(e.Controls, e.Workload), ref: ref})
+		out = append(out, workItem{key: ed.Name, fields: s.Fields(e.Controls, e.Workload), ref: ref, asked: asked(e, s)})
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("fixture set %s has no inputs for %s", e.Fixtures, e.Workload)
 	}
 	return out, nil
+}
+
+// asked is what a request at settings s asks of e's server: an image edit asks no frame
+// count or rate, so a server that reports one reports a setting it was never asked about.
+func asked(e spec.Entry, s spec.Settings) api.Settings {
+	w := check.WireSettings(s)
+	if e.Workload != spec.TextToVideo {
+		w.NumFrames, w.FPS = 0, 0
+	}
+	return w
 }
 
 // Correctness is the stage "correctness": the family's native path on every pinned input and
@@ -157,7 +168,7 @@ func Correctness(c *Case, b Bundle) (Native, string, error) {
 			c.Row.ReferenceSSIM = refs.ssim
 		}
 	}()
-	var failed []error
+	failed := nativeActual(items, native)
 	for _, it := range items {
 		n := native[it.key]
 		frames, err := c.validate(n.Path, it)
@@ -195,6 +206,18 @@ func Correctness(c *Case, b Bundle) (Native, string, error) {
 		summary += "; " + refs.summary(native)
 	}
 	return native, summary + digestNote, nil
+}
+
+// nativeActual is the check "actual-settings" on every native record: what the Task reports
+// it ran against what the input asked.
+func nativeActual(items []workItem, native Native) []error {
+	var failed []error
+	for _, it := range items {
+		if err := check.Settings(it.asked, native[it.key].Actual); err != nil {
+			failed = append(failed, fmt.Errorf("native %s: %w", it.key, err))
+		}
+	}
+	return failed
 }
 
 // runNative runs every input on the native path in one `mediaserve task -batch` process, so
