@@ -8,9 +8,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"image"
-	_ "image/jpeg" // reference uploads may be JPEG
-	_ "image/png"
 	"io"
 	"net/http"
 	"os"
@@ -20,10 +17,7 @@ import (
 	"strings"
 	"time"
 
-	_ "golang.org/x/image/webp" // and WebP, as OpenAI's edit API allows
-
 	"mediaqual/models/spec"
-	"mediaqual/server/pngread"
 )
 
 // requestInfo is what a job keeps of the HTTP request that created it.
@@ -311,7 +305,7 @@ func (s *Server) createEdit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	model := f.values["model"]
-	ref, refBytes, refSum, respFormat, e := s.editInputs(f)
+	refSize, refBytes, refSum, respFormat, e := s.editInputs(f)
 	if e == nil {
 		_, e = s.laneFor(model, spec.ImageEdit)
 	}
@@ -320,8 +314,7 @@ func (s *Server) createEdit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	l := s.lanes[model]
-	refSize := spec.Size{W: ref.Bounds().Dx(), H: ref.Bounds().Dy()}
-	settings, e := Resolve(l.model.Checkpoint, spec.ImageEdit, f.values, &refSize)
+	settings, e := Resolve(l.model.Checkpoint, spec.ImageEdit, f.values, refSize)
 	if e != nil {
 		s.reject(w, r, route, model, e)
 		return
@@ -330,9 +323,15 @@ func (s *Server) createEdit(w http.ResponseWriter, r *http.Request) {
 	info.inputs["prompt_sha256"] = digest([]byte(settings.Prompt))
 	info.inputs["reference_sha256"] = refSum
 	info.inputs["reference_size"] = refSize.String()
-	j := s.newJob("img_", ".png", spec.ImageEdit, l, spec.Request{Settings: settings, Reference: ref, ReferenceFile: refBytes}, info)
+	j := s.newJob("img_", ".png", spec.ImageEdit, l, spec.Request{Settings: settings, ReferenceFile: refBytes}, info)
+	if !decodesReferenceFile(l.model.Task) { // a worker decodes the upload itself
+		j.reference = make(pendingReference, 1)
+	}
 	if !s.admit(w, r, route, j) {
 		return
+	}
+	if j.reference != nil {
+		j.reference.start(refBytes) // beside the job's start: the lane waits for it
 	}
 	select {
 	case <-j.done:
@@ -346,9 +345,9 @@ func (s *Server) createEdit(w http.ResponseWriter, r *http.Request) {
 	s.respondEdit(w, j, respFormat)
 }
 
-// editInputs validates the route-level edit fields and decodes the one reference image,
-// digesting the upload meanwhile.
-func (s *Server) editInputs(f *form) (img image.Image, upload []byte, sum, respFormat string, e *apiError) {
+// editInputs validates the route-level edit fields and the one reference image's header and
+// size (reference.go: the image is decoded later, off the request), and digests the upload.
+func (s *Server) editInputs(f *form) (size *spec.Size, upload []byte, sum, respFormat string, e *apiError) {
 	for _, name := range sortedKeys(f.files) {
 		switch name {
 		case "image", "image[]":
@@ -381,33 +380,10 @@ func (s *Server) editInputs(f *form) (img image.Image, upload []byte, sum, respF
 	for _, k := range []string{"model", "n", "response_format", "output_format"} {
 		delete(f.values, k)
 	}
-	digested := make(chan string, 1)
-	go func() { digested <- digest(refs[0]) }()
-	if img, e = decodeReference(refs[0], s.cfg.MaxPixels); e != nil {
+	if size, e = checkReference(refs[0], s.cfg.MaxPixels); e != nil {
 		return nil, nil, "", "", e
 	}
-	return img, refs[0], <-digested, respFormat, nil
-}
-
-// decodeReference decodes an uploaded reference, checking its dimensions before allocating.
-func decodeReference(b []byte, maxPixels int) (image.Image, *apiError) {
-	cfg, format, err := image.DecodeConfig(bytes.NewReader(b))
-	if err != nil {
-		return nil, invalid("image", "the reference is not a PNG, JPEG or WebP image: %v", err)
-	}
-	if cfg.Width <= 0 || cfg.Height <= 0 || cfg.Width*cfg.Height > maxPixels {
-		return nil, invalid("image", "the reference is %dx%d; at most %d pixels are accepted", cfg.Width, cfg.Height, maxPixels)
-	}
-	var img image.Image
-	if format == "png" { // the edits' usual upload, on the request's critical path: see pngread
-		img, err = pngread.Decode(b)
-	} else {
-		img, _, err = image.Decode(bytes.NewReader(b))
-	}
-	if err != nil {
-		return nil, invalid("image", "the %s reference could not be decoded: %v", format, err)
-	}
-	return img, nil
+	return size, refs[0], digest(refs[0]), respFormat, nil
 }
 
 func (s *Server) respondEdit(w http.ResponseWriter, j *job, respFormat string) {

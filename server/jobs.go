@@ -37,6 +37,7 @@ type job struct {
 	kind          spec.Capability
 	lane          *lane
 	req           spec.Request
+	reference     pendingReference // an in-process edit's reference, being decoded; nil otherwise
 	requestID     string
 	correlationID string
 	route         string
@@ -138,10 +139,14 @@ func (s *Server) runEncoder(l *lane, i int) {
 }
 
 func (s *Server) execute(l *lane, i int, j *job) {
+	ref, refErr := j.reference.wait() // decoding since the job was queued
 	s.mu.Lock()
-	if j.ctx.Err() != nil { // deleted or shut down while queued
+	if j.ctx.Err() != nil || refErr != nil { // deleted or shut down while queued, or undecodable
 		s.mu.Unlock()
-		s.finish(j, Product{}, context.Cause(j.ctx))
+		if j.ctx.Err() != nil {
+			refErr = context.Cause(j.ctx)
+		}
+		s.finish(j, Product{}, refErr)
 		close(j.done)
 		return
 	}
@@ -150,6 +155,9 @@ func (s *Server) execute(l *lane, i int, j *job) {
 	s.mu.Unlock()
 
 	req := j.req
+	if ref != nil {
+		req.Reference = ref
+	}
 	req.Progress = func(done, total int) {
 		if total <= 0 {
 			return
@@ -201,9 +209,9 @@ func (s *Server) finish(j *job, p Product, err error) {
 		j.status = status
 	}
 	j.touch()
-	// A url-format edit stays in the store for its lifetime; its decoded reference (up to
-	// MaxPixels*4 bytes) is no longer needed once the Task has run.
-	j.req.Reference, j.req.ReferenceFile = nil, nil
+	// A url-format edit stays in the store for its lifetime; its upload (up to MaxBodyBytes)
+	// is no longer needed once the Task has run. The decoded reference was never kept here.
+	j.req.ReferenceFile = nil
 	e := LedgerEntry{
 		Event: "job", RequestID: j.requestID, CorrelationID: j.correlationID, Route: j.route,
 		Model: j.lane.model.Checkpoint.ID, JobID: j.id, Status: status, Error: j.err,

@@ -27,12 +27,17 @@ func RunNative(ctx context.Context, m Model, capability spec.Capability, fields 
 		if reference == nil {
 			return spec.Settings{}, Product{}, fmt.Errorf("image_edit needs a reference image")
 		}
-		img, e := decodeReference(reference, DefaultMaxPixels)
-		if e != nil {
+		var e *apiError
+		if refSize, e = checkReference(reference, DefaultMaxPixels); e != nil {
 			return spec.Settings{}, Product{}, e
 		}
-		req.Reference, req.ReferenceFile = img, reference
-		refSize = &spec.Size{W: img.Bounds().Dx(), H: img.Bounds().Dy()}
+		req.ReferenceFile = reference
+		if !decodesReferenceFile(m.Task) { // as a served job: a worker decodes the upload itself
+			var err error
+			if req.Reference, err = decodeReference(reference); err != nil {
+				return spec.Settings{}, Product{}, err
+			}
+		}
 	}
 	settings, e := Resolve(cp, capability, fields, refSize)
 	if e != nil {

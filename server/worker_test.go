@@ -1,10 +1,14 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
+	"image/color"
+	"image/png"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -292,4 +296,60 @@ func TestWorkerStreamsIntoTheEncoder(t *testing.T) {
 	}
 	require.NoError(t, e.srv.Close())
 	assert.Empty(t, dirNames(t, streaming.scratch), "worker scratch dir")
+}
+
+// TestWorkerEditGetsTheUpload: a worker row's edit reaches the worker as the upload, which the
+// worker decodes itself: the server checks only the header, so an image whose header is sound
+// but whose data is not is refused by the worker, and still answered 400 naming image, with
+// its failed job in the ledger, nothing left on disk and the worker serving the next edit.
+func TestWorkerEditGetsTheUpload(t *testing.T) {
+	wl := newWorkerLane(t, "wkr", "ok")
+	wl.model.Checkpoint = fakeCheckpoint("wkr", spec.ImageEdit)
+	wl.model.Checkpoint.Precision = workertest.Precision
+	e := start(t, server.Config{Models: []server.Model{wl.model}})
+	upload := pngBytes(t, 32, 32, color.RGBA{40, 90, 200, 255})
+	edit := func(ref []byte, reqID string) response {
+		body, ct := multipartBody(t, map[string]string{"model": "wkr", "prompt": "p", "size": "auto"}, part{"image", "ref.png", ref})
+		return e.do(t, "POST", "/v1/images/edits", ct, body, "X-Request-ID", reqID)
+	}
+	editsTheUpload := func(r response) {
+		t.Helper()
+		require.Equal(t, 200, r.status, "%s", r.body)
+		out, err := base64.StdEncoding.DecodeString(r.json(t)["data"].([]any)[0].(map[string]any)["b64_json"].(string))
+		require.NoError(t, err)
+		got, err := png.Decode(bytes.NewReader(out))
+		require.NoError(t, err)
+		want, err := png.Decode(bytes.NewReader(upload))
+		require.NoError(t, err)
+		require.Equal(t, want.Bounds(), got.Bounds())
+		for y := range 32 {
+			for x := range 32 {
+				require.Equal(t, color.RGBAModel.Convert(want.At(x, y)), color.RGBAModel.Convert(got.At(x, y)), "(%d, %d)", x, y)
+			}
+		}
+	}
+	editsTheUpload(edit(upload, "good-1"))
+
+	r := edit(pngHeader(32, 32, false), "header-only")
+	require.Equal(t, 400, r.status, "%s", r.body)
+	ae := r.apiErr(t)
+	assert.Equal(t, "invalid_request", ae["code"])
+	assert.Equal(t, "image", ae["param"])
+	assert.Contains(t, ae["message"], "cannot read the reference", "the worker's own words: the server did not decode it")
+	assert.Equal(t, 200, e.do(t, "GET", "/health", "", nil).status)
+	var failed []server.LedgerEntry
+	for _, l := range e.ledger.entries(t) {
+		if l.RequestID == "header-only" {
+			failed = append(failed, l)
+		}
+	}
+	require.Len(t, failed, 1)
+	assert.Equal(t, "job", failed[0].Event)
+	assert.Equal(t, "failed", failed[0].Status)
+
+	editsTheUpload(edit(upload, "good-2"))
+	assert.Equal(t, 0, wl.task.Restarts())
+	assert.Empty(t, e.files(t), "artifact dir")
+	require.NoError(t, e.srv.Close())
+	assert.Empty(t, dirNames(t, wl.scratch), "worker scratch dir")
 }

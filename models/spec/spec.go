@@ -193,10 +193,11 @@ func (c Checkpoint) Has(cap Capability) bool {
 // Request is what a Task receives: resolved settings plus, for image_edit, the reference.
 type Request struct {
 	Settings
+	// Reference is the reference decoded, for an in-process Task; nil for a Task that decodes
+	// ReferenceFile itself (an out-of-process worker: server/reference.go).
 	Reference image.Image
 	// ReferenceFile is the reference as it was uploaded (PNG, JPEG or WebP), Reference's
-	// source: an out-of-process Task gets these bytes rather than a re-encode (image/png took
-	// about 100 ms for a 1024² image on the development machine).
+	// source: an out-of-process Task gets these bytes, never a re-encode.
 	ReferenceFile []byte
 	// Progress, when set, is called as denoising steps complete.
 	Progress func(done, total int)

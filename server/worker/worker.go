@@ -13,15 +13,10 @@
 package worker
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"image"
-	"image/color"
-	"image/png"
 	"io"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -92,7 +87,6 @@ type Task struct {
 	seq        uint64
 	scratch    string
 	ownScratch bool
-	rawRef     *os.File // raw references are written over this file, job after job: see writeRaw
 
 	// Tunables; tests shorten them.
 	cancelGrace time.Duration
@@ -119,6 +113,11 @@ func New(cfg Config) *Task {
 		closeGrace:  defaultCloseGrace,
 	}
 }
+
+// DecodesReferenceFile says that the worker reads an edit's reference from the upload itself
+// (spec.Request.ReferenceFile, written to its scratch directory as it came): the server then
+// decodes nothing for it.
+func (t *Task) DecodesReferenceFile() bool { return true }
 
 // Restarts reports how many times a worker process was started again after one had been
 // ready (after a crash, a kill on cancel timeout, or a lost stdout), including attempts
@@ -161,8 +160,7 @@ func (t *Task) Close() error {
 	}
 	t.closed = true
 	p := t.p
-	scratch, own, rawRef := t.scratch, t.ownScratch, t.rawRef
-	t.rawRef = nil
+	scratch, own := t.scratch, t.ownScratch
 	t.mu.Unlock()
 
 	var err error
@@ -182,12 +180,6 @@ func (t *Task) Close() error {
 		waitFor(p.eof, time.Second)
 	}
 	t.removals.wait()
-	if rawRef != nil {
-		rawRef.Close()
-		if rmErr := os.Remove(rawRef.Name()); rmErr != nil && !errors.Is(rmErr, fs.ErrNotExist) && err == nil {
-			err = rmErr
-		}
-	}
 	if own && scratch != "" {
 		if rmErr := os.RemoveAll(scratch); rmErr != nil && err == nil {
 			err = rmErr
@@ -217,11 +209,9 @@ func (t *Task) Run(ctx context.Context, req spec.Request) (spec.Output, error) {
 	defer func() { t.removals.start(files, t.remove, p.note) }()
 
 	line := runLine{Op: "run", ID: id, Settings: req.Settings}
-	if req.Reference != nil {
-		path, raw, err := t.writeReference(dir, id, req)
-		if raw != nil {
-			line.ReferenceRGB = raw
-		} else if path != "" {
+	if len(req.ReferenceFile) > 0 {
+		path, err := writeReference(dir, id, req.ReferenceFile)
+		if path != "" {
 			files = append(files, path)
 		}
 		if err != nil {
@@ -291,6 +281,9 @@ func (t *Task) Run(ctx context.Context, req spec.Request) (spec.Output, error) {
 			code := m.Code
 			if code == "" {
 				code = CodeWorkerGeneric
+			}
+			if m.Param == "reference" { // the upload did not decode: the request's fault
+				return true, spec.Output{}, &spec.Error{Code: code, Message: "the reference image could not be read by the worker: " + m.Message, BadInput: true, Param: "image"}
 			}
 			return true, spec.Output{}, &spec.Error{Code: code, Message: m.Message}
 		case badLine:
@@ -548,143 +541,18 @@ func (t *Task) scratchDir() (string, error) {
 	return d, nil
 }
 
-// writeReference writes the job's reference in dir and returns its path. Where the decoded
-// pixels are exactly what the worker's decoder would make of the upload (rawReference), it
-// writes them as rgb24 over the Task's raw reference file (writeRaw) and returns their size:
-// the worker then decodes nothing (the 1024² edit's hand-over fell from 47.1 to 11.0 ms on
-// the H200 host, docs/PERFORMANCE.md). Otherwise it writes a file of the job's (its path set
-// even on a write error, so the caller can remove it): the upload as it came, or with no
-// upload a PNG of the decoded image.
-func (t *Task) writeReference(dir, id string, req spec.Request) (string, *rgbSize, error) {
-	if pix := rawReference(req); pix != nil {
-		b := req.Reference.Bounds()
-		path, err := t.writeRaw(dir, pix)
-		return path, &rgbSize{b.Dx(), b.Dy()}, err
-	}
+// writeReference writes the job's reference in dir, as it was uploaded, and returns its path
+// (set even on a write error, so the caller can remove it).
+func writeReference(dir, id string, upload []byte) (string, error) {
 	f, err := os.CreateTemp(dir, id+"-ref-*")
 	if err != nil {
-		return "", nil, err
+		return "", err
 	}
-	if len(req.ReferenceFile) > 0 {
-		_, err = f.Write(req.ReferenceFile)
-	} else {
-		err = (&png.Encoder{CompressionLevel: png.BestSpeed}).Encode(f, req.Reference)
-	}
+	_, err = f.Write(upload)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	return f.Name(), nil, err
-}
-
-// writeRaw writes pix over the Task's raw reference file in dir, creating it for the first
-// job (or when it went missing), and returns its path. Overwriting a file whose pages the
-// page cache still holds costs a copy; a new 3 MB file also had its pages allocated: 1.1-1.9
-// ms against 0.2-0.4 ms on the development machine. Jobs never overlap (runMu), so the next
-// job writes only once the worker is done with this one's; Close removes the file.
-func (t *Task) writeRaw(dir string, pix []byte) (string, error) {
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
-		return "", &spec.Error{Code: CodeUnavailable, Message: "worker task is closed"}
-	}
-	f := t.rawRef
-	if f != nil {
-		if _, err := os.Stat(f.Name()); err != nil { // the scratch directory was emptied
-			f = nil
-		}
-	}
-	if f == nil {
-		var err error
-		if f, err = os.CreateTemp(dir, "reference-*.rgb"); err != nil {
-			t.mu.Unlock()
-			return "", err
-		}
-		if old := t.rawRef; old != nil {
-			old.Close()
-			os.Remove(old.Name())
-		}
-		t.rawRef = f
-	}
-	t.mu.Unlock()
-	if _, err := f.WriteAt(pix, 0); err != nil {
-		return f.Name(), err
-	}
-	return f.Name(), f.Truncate(int64(len(pix)))
-}
-
-// rawReference is the reference as rgb24 (a *spec.RGB's own pixels, as the server decodes an
-// RGB PNG) when those are the very pixels a PNG decoder makes of it: an image with no upload
-// (the worker would decode the PNG made of it), or an 8-bit PNG upload (lossless, and Pillow's
-// convert("RGB") keeps the colour channels of RGBA, grey and palette images as Go's decoder
-// gives them); else nil. JPEG and WebP decoders differ in the last bits and 16-bit PNGs
-// convert differently, so those reach the worker as uploaded.
-func rawReference(req spec.Request) []byte {
-	if req.Reference == nil || (len(req.ReferenceFile) > 0 && !bytes.HasPrefix(req.ReferenceFile, []byte("\x89PNG\r\n\x1a\n"))) {
-		return nil
-	}
-	b := req.Reference.Bounds()
-	if m, ok := req.Reference.(*spec.RGB); ok && m.Stride == 3*b.Dx() && len(m.Pix) == 3*b.Dx()*b.Dy() {
-		return m.Pix
-	}
-	out := make([]byte, 0, b.Dx()*b.Dy()*3)
-	switch m := req.Reference.(type) {
-	case *spec.RGB:
-		for y := b.Min.Y; y < b.Max.Y; y++ {
-			i := (y - b.Min.Y) * m.Stride
-			out = append(out, m.Pix[i:i+3*b.Dx()]...)
-		}
-	case *image.NRGBA:
-		for y := b.Min.Y; y < b.Max.Y; y++ {
-			out = packRGB(out, m.Pix[m.PixOffset(b.Min.X, y):m.PixOffset(b.Max.X, y)])
-		}
-	case *image.RGBA: // opaque only: premultiplied and straight colour agree at alpha 255
-		if !m.Opaque() {
-			return nil
-		}
-		for y := b.Min.Y; y < b.Max.Y; y++ {
-			out = packRGB(out, m.Pix[m.PixOffset(b.Min.X, y):m.PixOffset(b.Max.X, y)])
-		}
-	case *image.Gray:
-		for y := b.Min.Y; y < b.Max.Y; y++ {
-			for _, g := range m.Pix[m.PixOffset(b.Min.X, y):m.PixOffset(b.Max.X, y)] {
-				out = append(out, g, g, g)
-			}
-		}
-	case *image.Paletted:
-		rgb := make([][3]byte, len(m.Palette))
-		for i, c := range m.Palette {
-			switch c := c.(type) {
-			case color.NRGBA:
-				rgb[i] = [3]byte{c.R, c.G, c.B}
-			case color.RGBA:
-				if c.A != 0xff {
-					return nil
-				}
-				rgb[i] = [3]byte{c.R, c.G, c.B}
-			default:
-				return nil
-			}
-		}
-		for y := b.Min.Y; y < b.Max.Y; y++ {
-			for _, i := range m.Pix[m.PixOffset(b.Min.X, y):m.PixOffset(b.Max.X, y)] {
-				if int(i) >= len(rgb) {
-					return nil
-				}
-				out = append(out, rgb[i][0], rgb[i][1], rgb[i][2])
-			}
-		}
-	default:
-		return nil
-	}
-	return out
-}
-
-// packRGB appends an RGBA row to out as rgb24.
-func packRGB(out, row []byte) []byte {
-	n := len(out)
-	out = out[:n+len(row)/4*3]
-	spec.PackRGB(out[n:], row)
-	return out
+	return f.Name(), err
 }
 
 // stream is a job's raw frame file as the worker fills it. Frames events (docs/WORKER.md)
@@ -859,14 +727,7 @@ type runLine struct {
 	ID        string        `json:"id"`
 	Settings  spec.Settings `json:"settings"`
 	Reference string        `json:"reference,omitempty"`
-	// ReferenceRGB, when set, says the reference file holds raw rgb24 pixels of this size.
-	ReferenceRGB *rgbSize `json:"reference_rgb,omitempty"`
-	Output       string   `json:"output"`
-}
-
-type rgbSize struct {
-	Width  int `json:"width"`
-	Height int `json:"height"`
+	Output    string        `json:"output"`
 }
 
 type cancelLine struct {
@@ -889,6 +750,7 @@ type message struct {
 	PID          int                `json:"pid"`
 	Message      string             `json:"message"`
 	Code         string             `json:"code"`
+	Param        string             `json:"param"` // of an error: the run op's field at fault
 	Done         int                `json:"done"`
 	Total        int                `json:"total"`
 	Frames       int                `json:"frames"`

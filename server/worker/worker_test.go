@@ -77,8 +77,7 @@ func workerPID(task *Task) int {
 	return task.p.pid
 }
 
-// assertScratchEmpty checks dir once task's background removals are done: nothing but the
-// Task's raw reference file, which Close removes (newTask checks after Close).
+// assertScratchEmpty checks dir once task's background removals are done: nothing is left.
 func assertScratchEmpty(t testing.TB, task *Task, dir string) {
 	t.Helper()
 	task.removals.wait()
@@ -87,17 +86,9 @@ func assertScratchEmpty(t testing.TB, task *Task, dir string) {
 		return
 	}
 	require.NoError(t, err)
-	task.mu.Lock()
-	keep := ""
-	if task.rawRef != nil {
-		keep = task.rawRef.Name()
-	}
-	task.mu.Unlock()
 	var names []string
 	for _, e := range entries {
-		if filepath.Join(dir, e.Name()) != keep {
-			names = append(names, e.Name())
-		}
+		names = append(names, e.Name())
 	}
 	assert.Empty(t, names, "scratch files left behind")
 }
@@ -173,10 +164,9 @@ func TestRunOK(t *testing.T) {
 	assert.Contains(t, log, `unknown job "no-such-job"`)
 }
 
-// TestImageEditReferenceAsUploaded: which pixels the worker gets. An 8-bit PNG upload goes as
-// the decoded pixels, raw (decoding it again would give the same ones); a JPEG goes as the
-// uploaded bytes, not a re-encode of the decoded image. Here decoded and uploaded differ on
-// purpose, so the output shows which one the worker read.
+// TestImageEditReferenceAsUploaded: the worker gets the upload's bytes as they came, PNG or
+// JPEG, and decodes them itself; a decoded Reference beside them is not what it reads. Here
+// decoded and uploaded differ on purpose, so the output shows which one the worker read.
 func TestImageEditReferenceAsUploaded(t *testing.T) {
 	fx := newTask(t, "ok")
 	decoded := image.NewNRGBA(image.Rect(0, 0, 4, 3))
@@ -200,9 +190,29 @@ func TestImageEditReferenceAsUploaded(t *testing.T) {
 		require.NoError(t, err)
 		return out.Video.RGBA(0)
 	}
-	assert.Equal(t, color.RGBA{0, 0, 0, 255}, run(pngFile.Bytes()).At(2, 1), "a PNG upload goes as the decoded pixels")
+	u := uploaded.NRGBAAt(2, 1)
+	assert.Equal(t, color.RGBA{u.R, u.G, u.B, 255}, run(pngFile.Bytes()).At(2, 1), "a PNG goes as uploaded")
 	r, g, b, _ := jpegDecoded.At(2, 1).RGBA()
 	assert.Equal(t, color.RGBA{uint8(r >> 8), uint8(g >> 8), uint8(b >> 8), 255}, run(jpegFile.Bytes()).At(2, 1), "a JPEG goes as uploaded")
+	assertScratchEmpty(t, fx.task, fx.scratch)
+}
+
+// TestUndecodableReference: a worker's error naming the run's reference (the upload did not
+// decode) is the request's fault: bad input naming the request's image field, the worker's
+// words kept; the worker stays up and nothing is left in scratch.
+func TestUndecodableReference(t *testing.T) {
+	fx := newTask(t, "ok")
+	req := spec.Request{
+		Settings:      spec.Settings{Prompt: "p", Size: spec.Size{W: 4, H: 3}, Steps: 1, Guidance: 1, Seed: 1},
+		ReferenceFile: []byte("\x89PNG\r\n\x1a\nnot really"),
+	}
+	_, err := fx.task.Run(context.Background(), req)
+	se := requireCode(t, err, "invalid_request")
+	assert.True(t, se.BadInput)
+	assert.Equal(t, "image", se.Param)
+	assert.Contains(t, se.Message, "cannot read the reference")
+	assertScratchEmpty(t, fx.task, fx.scratch)
+	assert.Equal(t, 0, fx.task.Restarts())
 }
 
 func TestImageEditReference(t *testing.T) {
@@ -214,9 +224,11 @@ func TestImageEditReference(t *testing.T) {
 			ref.Pix[i] = 255
 		}
 	}
+	var file bytes.Buffer
+	require.NoError(t, png.Encode(&file, ref))
 	req := spec.Request{
-		Settings:  spec.Settings{Prompt: "make it blue", Size: spec.Size{W: 7, H: 5}, Steps: 2, Guidance: 4, Seed: 1},
-		Reference: ref,
+		Settings:      spec.Settings{Prompt: "make it blue", Size: spec.Size{W: 7, H: 5}, Steps: 2, Guidance: 4, Seed: 1},
+		ReferenceFile: file.Bytes(),
 	}
 	// No Load: the first Run starts the worker.
 	out, err := fx.task.Run(context.Background(), req)
@@ -233,51 +245,6 @@ func TestImageEditReference(t *testing.T) {
 	}
 	assert.Equal(t, 0, out.Actual.NumFrames)
 	assertScratchEmpty(t, fx.task, fx.scratch)
-}
-
-// TestRawReferenceFileReused: raw references are written over one file, job after job; a
-// smaller reference after a larger one reaches the worker exactly (the file is cut to size),
-// and a scratch directory emptied between jobs gets the file back.
-func TestRawReferenceFileReused(t *testing.T) {
-	fx := newTask(t, "ok")
-	ref := func(w, h int, seed byte) *image.NRGBA {
-		m := image.NewNRGBA(image.Rect(0, 0, w, h))
-		for i := range m.Pix {
-			m.Pix[i] = byte(i)*7 + seed
-			if i%4 == 3 {
-				m.Pix[i] = 255
-			}
-		}
-		return m
-	}
-	var paths []string
-	for i, m := range []*image.NRGBA{ref(9, 6, 1), ref(4, 3, 2), ref(4, 3, 3), ref(5, 5, 4)} {
-		if i == 3 {
-			require.NoError(t, os.RemoveAll(fx.scratch))
-		}
-		b := m.Bounds()
-		out, err := fx.task.Run(context.Background(), spec.Request{
-			Settings:  spec.Settings{Prompt: "p", Size: spec.Size{W: b.Dx(), H: b.Dy()}, Steps: 1, Guidance: 1, Seed: 1},
-			Reference: m,
-		})
-		require.NoError(t, err, "job %d", i)
-		img := out.Video.RGBA(0)
-		require.Equal(t, b, img.Bounds(), "job %d", i)
-		for y := range b.Dy() {
-			for x := range b.Dx() {
-				r := m.NRGBAAt(x, y)
-				require.Equal(t, color.RGBA{r.R, r.G, r.B, 255}, img.RGBAAt(x, y), "job %d at (%d, %d)", i, x, y)
-			}
-		}
-		fx.task.mu.Lock()
-		paths = append(paths, fx.task.rawRef.Name())
-		fx.task.mu.Unlock()
-		assertScratchEmpty(t, fx.task, fx.scratch)
-	}
-	assert.Equal(t, paths[0], paths[1], "the second job wrote a file of its own")
-	assert.Equal(t, paths[0], paths[2], "the third job wrote a file of its own")
-	_, err := os.Stat(paths[3])
-	require.NoError(t, err, "no raw reference file after the scratch directory was emptied")
 }
 
 func TestCrashRestarts(t *testing.T) {
@@ -361,6 +328,7 @@ func TestErrorEvent(t *testing.T) {
 	_, err := fx.task.Run(context.Background(), videoReq("x", 1, 5, 2))
 	se := requireCode(t, err, "out_of_memory")
 	assert.Equal(t, "CUDA out of memory (simulated)", se.Message)
+	assert.False(t, se.BadInput, "an error naming another field than the reference is the worker's")
 	assertScratchEmpty(t, fx.task, fx.scratch)
 	assert.Equal(t, 0, fx.task.Restarts())
 }

@@ -77,9 +77,7 @@ type command struct {
 	ID        string        `json:"id"`
 	Settings  spec.Settings `json:"settings"`
 	Reference string        `json:"reference"`
-	// ReferenceRGB: the reference file is raw rgb24 of this size (docs/WORKER.md).
-	ReferenceRGB *struct{ Width, Height int } `json:"reference_rgb"`
-	Output       string                       `json:"output"`
+	Output    string        `json:"output"`
 }
 
 // BadFrames are the breakages of the frames rules (docs/WORKER.md) mode badframes sends, by
@@ -190,33 +188,24 @@ func runJob(mode string, c command, lines <-chan command, enc *json.Encoder, log
 	w, h := s.Size.W, s.Size.H
 	frames := max(s.NumFrames, 1)
 	logf("job %s: %q %dx%d frames=%d steps=%d", c.ID, s.Prompt, w, h, frames, s.Steps)
-	fail := func(code, msg string) bool {
-		_ = enc.Encode(map[string]any{"event": "error", "id": c.ID, "code": code, "message": msg})
+	fail := func(code, msg, param string) bool {
+		_ = enc.Encode(map[string]any{"event": "error", "id": c.ID, "code": code, "message": msg, "param": param})
 		return true
 	}
 
 	var raw []byte
-	if rgb := c.ReferenceRGB; c.Reference != "" && rgb != nil {
-		b, err := os.ReadFile(c.Reference)
-		switch {
-		case err != nil:
-			return fail("bad_reference", err.Error())
-		case rgb.Width != w || rgb.Height != h || len(b) != w*h*3:
-			return fail("bad_reference", fmt.Sprintf("raw reference of %d bytes declared %dx%d, size %v", len(b), rgb.Width, rgb.Height, s.Size))
-		}
-		raw = b
-	} else if c.Reference != "" {
+	if c.Reference != "" {
 		f, err := os.Open(c.Reference)
 		if err != nil {
-			return fail("bad_reference", err.Error())
+			return fail("bad_reference", err.Error(), "")
 		}
 		img, _, err := image.Decode(f)
 		f.Close()
-		if err != nil {
-			return fail("bad_reference", err.Error())
+		if err != nil { // as the Python workers report it (models/qwenimage)
+			return fail("invalid_request", fmt.Sprintf("cannot read the reference %q: %v", c.Reference, err), "reference")
 		}
 		if img.Bounds().Dx() != w || img.Bounds().Dy() != h {
-			return fail("bad_reference", fmt.Sprintf("reference is %v, size %v", img.Bounds(), s.Size))
+			return fail("bad_reference", fmt.Sprintf("reference is %v, size %v", img.Bounds(), s.Size), "")
 		}
 		for y := 0; y < h; y++ {
 			for x := 0; x < w; x++ {
@@ -230,7 +219,7 @@ func runJob(mode string, c command, lines <-chan command, enc *json.Encoder, log
 
 	switch mode {
 	case "error":
-		return fail("out_of_memory", "CUDA out of memory (simulated)")
+		return fail("out_of_memory", "CUDA out of memory (simulated)", "prompt")
 	case "crash":
 		if strings.Contains(s.Prompt, "hang up") {
 			logf("closing stdout and staying alive")
@@ -263,7 +252,7 @@ func runJob(mode string, c command, lines <-chan command, enc *json.Encoder, log
 				}
 				if c2.Op == "cancel" && c2.ID == c.ID {
 					logf("job %s cancelled at step %d", c.ID, i)
-					return fail("cancelled", "cancelled at step "+fmt.Sprint(i))
+					return fail("cancelled", "cancelled at step "+fmt.Sprint(i), "")
 				}
 			default:
 			}
@@ -276,10 +265,10 @@ func runJob(mode string, c command, lines <-chan command, enc *json.Encoder, log
 	}
 	if mode != "stream" && mode != "badframes" {
 		if err := os.WriteFile(c.Output, raw, 0o600); err != nil {
-			return fail("io", err.Error())
+			return fail("io", err.Error(), "")
 		}
 	} else if err := streamJob(mode, c, raw, enc, lines, logf, &frames, &w); err != nil {
-		return fail("io", err.Error())
+		return fail("io", err.Error(), "")
 	}
 	actual := spec.Actual{
 		Width: w, Height: h, Steps: s.Steps, Guidance: s.Guidance, Seed: s.Seed,
