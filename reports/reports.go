@@ -33,6 +33,9 @@ type Stage struct {
 	Name    string `json:"name"`
 	Passed  bool   `json:"passed"`
 	Message string `json:"message,omitempty"` // first failure, or what was established
+	// Check names the check that failed the stage, when its failure is a typed one
+	// (harness/check.Failure); tests read it instead of the message.
+	Check string `json:"check,omitempty"`
 }
 
 // Timing holds figures over measured requests only (no warmup, load or start-up).
@@ -98,7 +101,10 @@ type Row struct {
 	// Layout is how the server ran the model: its GPU layout (cfg-2, ulysses-N, ...), its
 	// lanes and each one's devices, as /v1/models declared them, e.g. "cfg-2, 1 lane, CUDA
 	// devices 0,1". Bytes are only comparable between runs of one layout.
-	Layout   string            `json:"layout,omitempty"`
+	Layout string `json:"layout,omitempty"`
+	// Parity is how the served runtime (engine and layout) compared with eager on one device
+	// at load (spec.Parity); nil where the server checks none.
+	Parity   *spec.Parity      `json:"parity,omitempty"`
 	Versions map[string]string `json:"versions,omitempty"`
 	Hardware string            `json:"hardware,omitempty"`
 	Counts   map[string]int    `json:"counts,omitempty"`

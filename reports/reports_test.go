@@ -89,4 +89,14 @@ func TestDetailsNameEngineAndLayout(t *testing.T) {
 	all := strings.Join(text, "\n")
 	assert.Contains(t, all, "precision bf16; engine regional-compile")
 	assert.Contains(t, all, "layout: 2 lanes: GPUs 0, 1")
+	assert.Contains(t, all, "parity: not reported by the server", "an engine row without figures says so")
+
+	floor, served := 0.0146, 0.0125
+	row.Parity = &spec.Parity{RelL2: 0.0176, MaxAbs: 0.07, FP32Reference: &floor, FP32Served: &served, Bound: 0.0292,
+		BoundOf: "fp32_served <= 2 x fp32_reference", Passed: true}
+	text = nil
+	for _, d := range details(row) {
+		text = append(text, d.Name+": "+d.Text)
+	}
+	assert.Contains(t, strings.Join(text, "\n"), "parity: rel L2 0.0176, max abs 0.07 against eager; to fp32 0.0125 (eager bf16 0.0146); bound 0.0292")
 }

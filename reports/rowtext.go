@@ -95,6 +95,11 @@ func details(row Row) []detail {
 	if row.Layout != "" {
 		add("layout", "%s", row.Layout)
 	}
+	if row.Parity != nil {
+		add("parity", "%s", row.Parity)
+	} else if row.Engine != "" {
+		add("parity", "not reported by the server")
+	}
 	if row.Hardware != "" {
 		add("hardware", "%s", row.Hardware)
 	}

@@ -494,6 +494,9 @@ func (s *Server) modelObject(l *lane) map[string]any {
 	if len(cp.Layouts) > 0 {
 		o["layouts"] = cp.Layouts // the ones the row offers, preferred first
 	}
+	if pr, ok := l.tasks[0].(spec.ParityReporter); ok && pr.Parity() != nil {
+		o["parity"] = pr.Parity() // the first lane's; every lane passed its own before ready
+	}
 	if s.fault != nil {
 		o["fault"] = s.fault.name + ": " + Faults[s.fault.name]
 	}

@@ -668,3 +668,28 @@ func TestEditDecodeOffTheRequest(t *testing.T) {
 		assert.Less(t, tm["receive_ms"].(float64), tm["queue_ms"].(float64), "%v", tm)
 	}
 }
+
+// parityTask is a fakeTask whose worker checked parity at load.
+type parityTask struct {
+	fakeTask
+	p *spec.Parity
+}
+
+func (t *parityTask) Parity() *spec.Parity { return t.p }
+
+// /v1/models shows the first lane's parity figures, where its Task reports them, and nothing
+// for a Task that checks none.
+func TestModelsShowParity(t *testing.T) {
+	floor := 0.0146
+	p := &spec.Parity{Reference: "eager", RelL2: 0.01, FP32Reference: &floor, FP32Served: &floor, Bound: 0.03, Passed: true}
+	e := start(t, server.Config{Models: []server.Model{
+		{Checkpoint: fakeCheckpoint("checked", spec.TextToVideo), Task: &parityTask{p: p}},
+		{Checkpoint: fakeCheckpoint("plain", spec.TextToVideo), Task: &fakeTask{}},
+	}})
+	got := e.do(t, "GET", "/v1/models/checked", "", nil).json(t)
+	require.Contains(t, got, "parity")
+	par := got["parity"].(map[string]any)
+	assert.Equal(t, map[string]any{"reference": "eager", "rel_l2": 0.01, "max_abs": 0.0, "fp32_reference": floor,
+		"fp32_served": floor, "bound": 0.03, "bound_of": "", "passed": true}, par)
+	assert.NotContains(t, e.do(t, "GET", "/v1/models/plain", "", nil).json(t), "parity")
+}

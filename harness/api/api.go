@@ -68,6 +68,21 @@ type Actual struct {
 	Precision string  `json:"precision"`
 	Engine    string  `json:"engine,omitempty"`
 	Layout    string  `json:"layout,omitempty"` // the GPU layout the Task ran, for a model that offers layouts
+	Parity    *Parity `json:"parity,omitempty"` // the runtime's parity check at load, where the server makes one
+}
+
+// Parity is a worker's check at load of its runtime (engine and layout) against eager on one
+// device, on one denoising step (docs/API.md, docs/GPU.md "Parity").
+type Parity struct {
+	Reference     string   `json:"reference"`
+	RelL2         float64  `json:"rel_l2"`
+	MaxAbs        float64  `json:"max_abs"`
+	FP32Reference *float64 `json:"fp32_reference"`
+	FP32Served    *float64 `json:"fp32_served"`
+	NoFP32        string   `json:"no_fp32,omitempty"`
+	Bound         float64  `json:"bound"`
+	BoundOf       string   `json:"bound_of"`
+	Passed        bool     `json:"passed"`
 }
 
 // Timing is the server's account of a job's time: parts that add up to total_ms (docs/API.md).
@@ -201,6 +216,7 @@ type Model struct {
 	LaneDevices   []string `json:"lane_devices,omitempty"` // each lane's devices, when the server names them
 	Layout        string   `json:"layout,omitempty"`       // the GPU layout each lane runs, when the model offers layouts
 	Layouts       []string `json:"layouts,omitempty"`      // the layouts the model offers, preferred first
+	Parity        *Parity  `json:"parity,omitempty"`       // the first lane's parity check at load, where the server makes one
 	Controls      Controls `json:"controls"`
 	Defaults      Settings `json:"defaults"`
 	// Fault names the injected fault when the server runs with -fault (self-test only).

@@ -84,6 +84,10 @@ func Serve(c *Case) (*Served, string, error) {
 				c.Row.Mode = "mediaserve launched by the suite, " + m.Runtime + " Task runtime"
 			}
 			c.Row.Layout = layout(m)
+			if m.Parity != nil {
+				p := spec.Parity(*m.Parity)
+				c.Row.Parity = &p
+			}
 		}
 	}
 	if c.Entry.Engine != "" && !s.External {

@@ -174,3 +174,14 @@ def _gelu_forward(module):
     def forward(hidden_states):
         return linear_gelu(hidden_states, module.proj.weight, module.proj.bias)
     return forward
+
+
+def set_processor(module, processor):
+    """module.set_processor(processor), carrying over what diffusers recorded on the processor
+    it replaces: enable_parallelism's _parallel_config (without it, under ulysses-N, attention
+    runs over each rank's own shard of the sequence, silently) and set_attention_backend's
+    _attention_backend. So the engine is right whether it comes before the layout or after."""
+    old = module.processor
+    for attr in ("_parallel_config", "_attention_backend"):
+        setattr(processor, attr, getattr(old, attr, None))
+    module.set_processor(processor)

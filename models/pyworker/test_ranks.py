@@ -194,12 +194,14 @@ class TinyPipelineTest(unittest.TestCase):
     # Every scenario runs in one invocation, in these two ranks, each over a fresh pipeline:
     # the ranks import torch and diffusers once, not once a scenario. The one expected to
     # raise (on both ranks) runs last.
-    SCENARIOS = ("cfg-2", "cfg-2 --break-exchange", "ulysses-2", "ulysses-2 --odd --plain-ulysses")
+    SCENARIOS = ("cfg-2", "cfg-2 --break-exchange", "ulysses-2", "cfg-2 --fused", "ulysses-2 --fused",
+                 "ulysses-2 --fused --old-processors", "ulysses-2 --odd --plain-ulysses")
 
     @classmethod
     def setUpClass(cls):
+        # Triton's interpreter runs the fused kernels on CPU tensors (chosen when they are defined).
         cls.out = subprocess.run([sys.executable, os.path.join(HERE, "testdata", "tiny_wan_parallel.py"), *cls.SCENARIOS],
-                                 capture_output=True, text=True, timeout=600)
+                                 capture_output=True, text=True, timeout=600, env=dict(os.environ, TRITON_INTERPRET="1"))
         cls.reports = {}
         for line in cls.out.stdout.splitlines():
             if line.startswith("{"):
@@ -237,6 +239,32 @@ class TinyPipelineTest(unittest.TestCase):
         r = self.parallel("ulysses-2")
         self.assertTrue(r["equal"], r)
         self.assertEqual(r["calls"], [2 * r["steps"]] * 2, "both branches on both ranks, half the sequence each")
+
+    def fused(self, scenario):
+        r = self.parallel(scenario)
+        self.assertEqual(r["modules"], {"self-attention q/k norm and RoPE": 4, "feed-forward GELU": 2}, r)
+        return r
+
+    def test_each_layout_with_the_fused_kernels_is_the_one_rank_fused_run(self):
+        """The fused processors put in after the layout (the adapters' order) keep its parallel
+        config: the same frames as the fused pipeline on one rank, and parity within its bound
+        against eager bf16 on one rank (the fp32 floor measured)."""
+        for scenario in ("cfg-2 --fused", "ulysses-2 --fused"):
+            r = self.fused(scenario)
+            self.assertTrue(r["equal"], r)
+            p = r["parity"]
+            self.assertTrue(p["passed"], p)
+            self.assertGreater(p["fp32_reference"], 0.0, "bf16 is measurably off fp32: a floor")
+            self.assertLessEqual(p["fp32_served"], p["bound"], p)
+
+    def test_parity_catches_fused_processors_that_drop_the_layout(self):
+        """Before fused.set_processor, the processors installed after enable_parallelism had no
+        parallel config, and ulysses-2 attended over each rank's own half of the sequence."""
+        r = self.fused("ulysses-2 --fused --old-processors")
+        self.assertFalse(r["equal"], r)
+        p = r["parity"]
+        self.assertFalse(p["passed"], p)
+        self.assertGreater(p["fp32_served"], 2 * p["bound"], "far outside, not at the edge: %s" % p)
 
 
 @testing.needs("torch", "diffusers", "transformers")
@@ -356,16 +384,21 @@ class AdapterLayoutTest(unittest.TestCase):
 
     def computed(self, prefix, guidance):
         """cfg-2's report of the job at guidance, logged under prefix (a rank's log name): each
-        rank logs one a job, in order."""
+        rank logs one a call, in order: parity's served step at load (one step of both
+        branches, split), then one a job."""
         lines = [line[len(prefix):] for line in self.runs["cfg-2"]["stderr"].splitlines()
                  if line.startswith(prefix + "cfg-2: this rank computed ")]
-        self.assertEqual(len(lines), len(self.GUIDANCE), lines)
-        return lines[self.GUIDANCE.index(guidance)]
+        self.assertEqual(len(lines), 1 + len(self.GUIDANCE), lines)
+        self.assertEqual(lines[0], "cfg-2: this rank computed 1 of the call's 2 transformer calls", "parity's step")
+        return lines[1 + self.GUIDANCE.index(guidance)]
 
     def test_cfg_2_gives_the_one_rank_bytes(self):
         ready1, res1, one, _ = self.job("single", 5.0)
         ready2, res2, two, streamed = self.job("cfg-2", 5.0)
         self.assertEqual((ready2["ranks"], ready2["layout"]), (2, "cfg-2"), ready2)
+        # Parity before ready: cfg-2's first step is eager's on one rank, bit for bit.
+        self.assertEqual((ready2["parity"]["passed"], ready2["parity"]["rel_l2"]), (True, 0.0), ready2)
+        self.assertEqual(res2["actual"]["parity"], ready2["parity"], "every result carries the figures")
         self.assertNotIn("ranks", ready1)
         self.assertEqual((res1["event"], res1["actual"]["layout"]), ("result", "single"), res1)
         self.assertEqual((res2["event"], res2["actual"]["layout"]), ("result", "cfg-2"), res2)

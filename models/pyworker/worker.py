@@ -383,7 +383,7 @@ class PipelineFamily:
             b.stream = None
         phases = phases_ms(marks, t0, t1) if marks else {}
         actual = self.actual_for(settings, video_shape(video), done[0])
-        for key in ("engine", "layout"):
+        for key in ("engine", "layout", "parity"):
             if getattr(b, key, None):
                 actual[key] = getattr(b, key)
         return Output(video, actual, wall_ms, peak, phases, graphs() - before)
@@ -436,6 +436,7 @@ class TorchBackend:
     first in its __init__ (after checking the bundle) and supplies pipe and call(kwargs)."""
 
     engine = None  # set by apply_engine, for families that offer a choice
+    log = staticmethod(logger("worker"))  # a family sets its own: staticmethod(its logger)
 
     def apply_engine(self, pipe, engine):
         """eager: nothing. regional-compile: torch.compile the transformer's repeated block
@@ -508,6 +509,63 @@ class TorchBackend:
 
     layout = None  # set by apply_layout, for families that offer a choice
     cfg_parallel = None  # parallel.CFGParallel under cfg-2
+    parity = None  # parity.figures of the served runtime against eager, set by prepare
+
+    def prepare(self, pipe, layout, engine, warmup_steps):
+        """Layout, engine and warm-up, with parity before ready (parity.py): the first step of
+        the warm-up's call on the reference runtime (eager, this device, nothing applied yet),
+        in fp32 where it fits (the floor), then served after the layout, the engine and a
+        warm-up of warmup_steps (0: none) are in place; raises parity.ParityError, naming the
+        engine, layout and figure, when the served step is outside the bound."""
+        from . import parity
+
+        torch = self.torch
+        probe = parity.StepProbe(pipe)
+
+        def step(what):
+            t0 = time.perf_counter()
+            with torch.inference_mode():
+                got = probe.run(self.run_pipe, self.warmup_kwargs(2))
+            self.synchronize()
+            self.log("parity: %s step took %.1f s" % (what, time.perf_counter() - t0))
+            return got
+
+        reference = step("reference (eager bf16)")
+        fp32, why = None, ""
+        fits, why = parity.fp32_fits(pipe.transformer, self.device, torch)
+        if fits:
+            with parity.FP32(pipe.transformer, torch):
+                fp32 = step("fp32 floor")
+            self.recover()
+        if layout:
+            self.apply_layout(pipe, layout)
+        self.apply_engine(pipe, engine)
+        if warmup_steps > 0:
+            self.warmup(warmup_steps)
+        served = step("served (engine %s, layout %s)" % (self.engine, layout or "single"))
+        self.parity = parity.figures(reference, served, fp32, why)
+        self.log(parity.summary(self.parity))
+        parity.verdict(self.parity, self.engine, layout)
+
+    def warmup(self, steps):
+        """One call of warmup_kwargs(steps) before "ready", so that CUDA/cuBLAS set-up and a
+        compiled engine's compiling are not inside the first timed job."""
+        t0 = time.perf_counter()
+        with self.torch.inference_mode():
+            self.run_pipe(**self.warmup_kwargs(steps))
+        self.synchronize()
+        self.log("warm-up (%d steps, engine %s) took %.1f s" % (steps, self.engine, time.perf_counter() - t0))
+
+    def run_pipe(self, **kwargs):
+        """The pipeline call, under cfg-2 told first whether it runs both branches (the
+        family's both_branches(kwargs))."""
+        cfg = self.cfg_parallel
+        if cfg is None:
+            return self.pipe(**kwargs)
+        cfg.begin(self.both_branches(kwargs))
+        out = self.pipe(**kwargs)
+        self.log(cfg.report())
+        return out
 
     def apply_layout(self, pipe, layout):
         """Spreads pipe's transformer over this Task's ranks as layout says (parallel.py); the
@@ -564,7 +622,7 @@ class TorchBackend:
 
     def ready_info(self):
         info = {"weights": "L0-random" if self.l0_random else "bundle"}
-        for key in ("engine", "layout"):
+        for key in ("engine", "layout", "parity"):
             if getattr(self, key):
                 info[key] = getattr(self, key)
         return info

@@ -166,6 +166,7 @@ class DiffusersBackend(pw.TorchBackend):
     precision = PRECISION
     size_multiple = SIZE_MULTIPLE
     fused_module = "qwenimage.fused"
+    log = staticmethod(log)
 
     def __init__(self, cfg):
         self.cfg = cfg
@@ -191,30 +192,27 @@ class DiffusersBackend(pw.TorchBackend):
             raise RuntimeError("the pipeline's size multiple is %d, the adapter assumes %s" % (multiple, self.size_multiple))
         self.pipe = pipe
         self.instrument(pipe)
-        if cfg.layout:
-            self.apply_layout(pipe, cfg.layout)
         log("loaded in %.1f s%s" % (time.perf_counter() - t0, self.note_weights(bundle)))
-        self.apply_engine(pipe, cfg.engine)
-        if cfg.engine != "eager":
-            self.warmup(cfg.warmup_size)
+        self.prepare(pipe, cfg.layout, cfg.engine, 2 if cfg.engine != "eager" else 0)
 
-    def warmup(self, size):
-        """Two steps of an edit at size, mapped as a job is, with true CFG on. A compiled engine
-        compiles here, before "ready": the prompt's and the negative prompt's token counts
-        differ, so the block is compiled for a varying text length too (dynamo's automatic
-        dynamic shapes) and later prompts of other lengths do not compile inside a timed job.
-        A reference of another aspect ratio than the warm-up's square still does."""
+    def warmup_kwargs(self, steps):
+        """The warm-up's call (and parity's step): an edit at the warm-up size, mapped as a job
+        is, with true CFG on. A compiled engine compiles in it, before "ready": the prompt's and
+        the negative prompt's token counts differ, so the block is compiled for a varying text
+        length too (dynamo's automatic dynamic shapes) and later prompts of other lengths do
+        not compile inside a timed job. A reference of another aspect ratio than the warm-up's
+        square still does."""
         from PIL import Image
 
+        size = self.cfg.warmup_size
         width, height = pw.parse_size(size)
-        kwargs = pipeline_kwargs({"prompt": "warm up the compiled blocks", "size": size, "num_inference_steps": 2,
-                                  "guidance": 4.0, "seed": 0}, Image.new("RGB", (width, height), (128, 128, 128)),
-                                 self.generator, self.size_multiple)
-        t0 = time.perf_counter()
-        with self.torch.inference_mode():
-            self.pipe(**kwargs)
-        self.synchronize()
-        log("warm-up (2 steps at %s, engine %s) took %.1f s" % (size, self.engine, time.perf_counter() - t0))
+        return pipeline_kwargs({"prompt": "warm up the compiled blocks", "size": size, "num_inference_steps": steps,
+                                "guidance": 4.0, "seed": 0}, Image.new("RGB", (width, height), (128, 128, 128)),
+                               self.generator, self.size_multiple)
+
+    @staticmethod
+    def both_branches(kwargs):
+        return kwargs["true_cfg_scale"] > 1 and kwargs.get("negative_prompt") is not None
 
     def open_reference(self, ref):
         return pw.open_reference(ref)
@@ -222,15 +220,8 @@ class DiffusersBackend(pw.TorchBackend):
     def call(self, kwargs):
         """The native generation call; returns the image as (1, H, W, 3) uint8, made on the
         device."""
-        cfg = self.cfg_parallel
-        if cfg is not None:
-            # QwenImageEditPlusPipeline runs true CFG when true_cfg_scale > 1 and there is a
-            # negative prompt (pipeline_kwargs always passes one).
-            cfg.begin(kwargs["true_cfg_scale"] > 1 and kwargs.get("negative_prompt") is not None)
         with self.torch.inference_mode():
-            out = self.pipe(**kwargs)
-            if cfg is not None:
-                log(cfg.report())
+            out = self.run_pipe(**kwargs)
             return self.to_rgb24(out.images[:1])  # output_type="pt": (num_images, 3, H, W)
 
 

@@ -71,6 +71,6 @@ def apply(transformer):
                     len({x.eps for x in norms}) != 1:
                 raise RuntimeError("fused engine: %s's q/k norms are %s, not the weighted RMSNorms of one eps it fuses" % (
                     type(m).__name__, [type(x).__name__ for x in norms]))
-            m.set_processor(FusedJointAttention())
+            fused.set_processor(m, FusedJointAttention())
             n += 1
     return {"joint attention q/k norm and RoPE": n, "feed-forward GELU": gelus}

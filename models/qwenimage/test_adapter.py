@@ -578,8 +578,14 @@ print(json.dumps(out))
         ev, data, progress = self.job("a")
         self.assertEqual(ev["event"], "result", ev)
         self.assertEqual((ev["frames"], ev["width"], ev["height"]), (1, 48, 32))
-        self.assertEqual(ev["actual"], {"width": 48, "height": 32, "num_inference_steps": 2, "guidance": 4.0,
-                                        "seed": 42, "precision": "bf16", "engine": "eager"})
+        actual = dict(ev["actual"])
+        parity = actual.pop("parity", None)
+        self.assertEqual(actual, {"width": 48, "height": 32, "num_inference_steps": 2, "guidance": 4.0,
+                                  "seed": 42, "precision": "bf16", "engine": "eager"})
+        self.assertEqual(parity, self.ready.get("parity"), "every result carries the ready line's figures")
+        self.assertEqual((parity["passed"], parity["rel_l2"], parity["max_abs"]), (True, 0.0, 0.0),
+                         "eager on one device is the reference itself, bit for bit")
+        self.assertGreater(parity["fp32_reference"], 0.0, "the fp32 floor was measured")
         self.assertEqual(progress, [(1, 2), (2, 2)])
         self.assertEqual(len(data), 48 * 32 * 3)
         self.assertGreater(len(set(data)), 16, "a textured image, not a flat one")

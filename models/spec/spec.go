@@ -230,6 +230,49 @@ type Actual struct {
 	// Bytes may differ between layouts, so the server fails a job whose layout is not the
 	// served one, as for Engine.
 	Layout string `json:"layout,omitempty"`
+	// Parity is how the runtime that made this output (its engine and layout) compared, at
+	// load, with the reference runtime on one denoising step; nil for families without it.
+	Parity *Parity `json:"parity,omitempty"`
+}
+
+// Parity is a worker's check at load (models/pyworker/parity.py, docs/GPU.md "Parity"): the
+// first denoising step of the warm-up's call at the pinned shape, on the served runtime
+// against eager on one device before any layout or engine, with an fp32 transformer's step as
+// the noise floor where it fits. A worker outside the bound never becomes ready.
+type Parity struct {
+	Reference string  `json:"reference"` // what the served step was compared with
+	RelL2     float64 `json:"rel_l2"`    // the guided prediction's relative L2 distance to the reference's
+	MaxAbs    float64 `json:"max_abs"`   // the largest absolute difference of the latents after the step
+	// FP32Reference and FP32Served are eager bf16's and the served runtime's distances to the
+	// fp32 transformer's prediction (the floor); nil where fp32 did not fit, NoFP32 says why.
+	FP32Reference *float64 `json:"fp32_reference"`
+	FP32Served    *float64 `json:"fp32_served"`
+	NoFP32        string   `json:"no_fp32,omitempty"`
+	Bound         float64  `json:"bound"`
+	BoundOf       string   `json:"bound_of"` // the inequality the bound is in
+	Passed        bool     `json:"passed"`
+}
+
+// String is the figures in one line, as reports print them.
+func (p *Parity) String() string {
+	if p == nil {
+		return "not measured"
+	}
+	verdict := "passed"
+	if !p.Passed {
+		verdict = "FAILED"
+	}
+	floor := "no fp32 floor (" + p.NoFP32 + ")"
+	if p.FP32Served != nil && p.FP32Reference != nil {
+		floor = fmt.Sprintf("to fp32 %.3g (eager bf16 %.3g)", *p.FP32Served, *p.FP32Reference)
+	}
+	return fmt.Sprintf("rel L2 %.3g, max abs %.3g against eager; %s; bound %.3g (%s): %s", p.RelL2, p.MaxAbs, floor, p.Bound, p.BoundOf, verdict)
+}
+
+// ParityReporter is implemented by Tasks whose workers check parity at load: the figures of
+// the (first) loaded worker, nil before it is ready.
+type ParityReporter interface {
+	Parity() *Parity
 }
 
 // Output is a Task's result: frames (exactly one for image_edit) and what was produced.

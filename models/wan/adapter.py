@@ -141,6 +141,7 @@ class DiffusersBackend(pw.TorchBackend):
 
     precision = PRECISION
     fused_module = "wan.fused"
+    log = staticmethod(log)
 
     def __init__(self, cfg):
         self.cfg = cfg
@@ -179,12 +180,7 @@ class DiffusersBackend(pw.TorchBackend):
             time.perf_counter() - t0, self.size_multiple, self.frame_step, self.note_weights(bundle)))
         self.instrument(pipe)
         self.stream_decode(pipe.vae)
-        if cfg.layout:
-            self.apply_layout(pipe, cfg.layout)
-        self.apply_engine(pipe, cfg.engine)
-        steps = max(cfg.warmup_steps, 2 if cfg.engine != "eager" else 0)
-        if steps > 0:
-            self.warmup(steps)
+        self.prepare(pipe, cfg.layout, cfg.engine, max(cfg.warmup_steps, 2 if cfg.engine != "eager" else 0))
 
     def stream_decode(self, vae):
         """Streams the clip while the VAE decodes it: AutoencoderKLWan._decode calls its decoder
@@ -209,34 +205,24 @@ class DiffusersBackend(pw.TorchBackend):
 
         decoder.forward = streamed
 
-    def warmup(self, steps):
+    def warmup_kwargs(self, steps):
+        """The warm-up's call (and parity's step): the row's pinned shape (default the smallest
+        legal one), guidance 5, so both branches run."""
         h, w = self.size_multiple
         width, height = parse_size(self.cfg.warmup_size) if self.cfg.warmup_size else (w * 2, h * 2)
         frames = self.cfg.warmup_frames or self.frame_step + 1
-        t0 = time.perf_counter()
-        with self.torch.inference_mode():
-            self.run_pipe(prompt="warmup", height=height, width=width, num_frames=frames,
-                          num_inference_steps=steps, guidance_scale=5.0, output_type="pt",
-                          generator=self.generator(0))
-        self.synchronize()
-        log("warm-up (%d steps at %dx%dx%d, engine %s) took %.1f s" % (
-            steps, width, height, frames, self.engine, time.perf_counter() - t0))
+        return dict(prompt="warmup", height=height, width=width, num_frames=frames, num_inference_steps=steps,
+                    guidance_scale=5.0, output_type="pt", generator=self.generator(0))
+
+    @staticmethod
+    def both_branches(kwargs):
+        return kwargs["guidance_scale"] > 1.0  # WanPipeline runs the uncond branch exactly then
 
     def call(self, kwargs):
         """The native generation call; returns frames (F, H, W, 3) uint8, made on the device."""
         with self.torch.inference_mode():
             out = self.run_pipe(**kwargs)
             return self.to_rgb24(out.frames[0])
-
-    def run_pipe(self, **kwargs):
-        cfg = self.cfg_parallel
-        if cfg is None:
-            return self.pipe(**kwargs)
-        # WanPipeline runs the uncond branch exactly when guidance_scale > 1.
-        cfg.begin(kwargs["guidance_scale"] > 1.0)
-        out = self.pipe(**kwargs)
-        log(cfg.report())
-        return out
 
 
 # --------------------------------------------------------------------------------------------

@@ -52,6 +52,6 @@ def apply(transformer):
             if not isinstance(m.norm_q, torch.nn.RMSNorm) or m.norm_q.eps is None:
                 raise RuntimeError("fused engine: %s's q norm is %s, not the RMSNorm across heads it fuses" % (
                     type(m).__name__, type(m.norm_q).__name__))
-            m.set_processor(FusedSelfAttention())
+            fused.set_processor(m, FusedSelfAttention())
             n += 1
     return {"self-attention q/k norm and RoPE": n, "feed-forward GELU": gelus}

@@ -291,6 +291,11 @@ func (p *proc) handle(line []byte) {
 			p.note("ignoring ready line after the start ended")
 			return
 		}
+		if m.Parity != nil {
+			p.t.mu.Lock()
+			p.t.parity = m.Parity
+			p.t.mu.Unlock()
+		}
 		p.finishStart(m.Precision, nil)
 	case "fatal":
 		msg := m.Message

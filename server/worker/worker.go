@@ -83,7 +83,8 @@ type Task struct {
 	closed     bool
 	everReady  bool // some process has become ready: later starts count as restarts
 	restarts   int
-	streak     int // deaths since the last successful job
+	parity     *spec.Parity // from the last ready line
+	streak     int          // deaths since the last successful job
 	seq        uint64
 	scratch    string
 	ownScratch bool
@@ -118,6 +119,14 @@ func New(cfg Config) *Task {
 // (spec.Request.ReferenceFile, written to its scratch directory as it came): the server then
 // decodes nothing for it.
 func (t *Task) DecodesReferenceFile() bool { return true }
+
+// Parity is the parity figures the worker's last ready line carried (nil before one, or from a
+// family that checks none).
+func (t *Task) Parity() *spec.Parity {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.parity
+}
 
 // Restarts reports how many times a worker process was started again after one had been
 // ready (after a crash, a kill on cancel timeout, or a lost stdout), including attempts
@@ -757,6 +766,7 @@ type message struct {
 	Width        int                `json:"width"`
 	Height       int                `json:"height"`
 	Actual       spec.Actual        `json:"actual"`
+	Parity       *spec.Parity       `json:"parity"` // of ready: the worker's parity check at load
 	TaskWallMS   float64            `json:"task_wall_ms"`
 	PhasesMS     map[string]float64 `json:"phases_ms"`
 	PeakMemoryMB float64            `json:"peak_memory_mb"`

@@ -164,6 +164,27 @@ func TestRunOK(t *testing.T) {
 	assert.Contains(t, log, `unknown job "no-such-job"`)
 }
 
+// The parity figures of the ready line are the Task's (what /v1/models shows); a worker whose
+// ready line has none reports nil.
+func TestParityFromReady(t *testing.T) {
+	fx := newTask(t, "parity")
+	assert.Nil(t, fx.task.Parity(), "nothing before ready")
+	require.NoError(t, fx.task.Load(context.Background()))
+	p := fx.task.Parity()
+	require.NotNil(t, p)
+	assert.Equal(t, spec.Parity{Reference: "eager, one device, before layout and engine", RelL2: 0.0125, MaxAbs: 0.07,
+		FP32Reference: ptr(0.0146), FP32Served: ptr(0.0127), Bound: 0.0292,
+		BoundOf: "fp32_served <= 2 x fp32_reference", Passed: true}, *p)
+	assert.Equal(t, "rel L2 0.0125, max abs 0.07 against eager; to fp32 0.0127 (eager bf16 0.0146); bound 0.0292 "+
+		"(fp32_served <= 2 x fp32_reference): passed", p.String())
+
+	plain := newTask(t, "ok")
+	require.NoError(t, plain.task.Load(context.Background()))
+	assert.Nil(t, plain.task.Parity())
+}
+
+func ptr[T any](v T) *T { return &v }
+
 // TestImageEditReferenceAsUploaded: the worker gets the upload's bytes as they came, PNG or
 // JPEG, and decodes them itself; a decoded Reference beside them is not what it reads. Here
 // decoded and uploaded differ on purpose, so the output shows which one the worker read.

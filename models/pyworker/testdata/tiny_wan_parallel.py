@@ -13,6 +13,12 @@ Usage: tiny_wan_parallel.py SCENARIO [SCENARIO ...]
   must not give the alone-run's frames: the comparison can fail.
   --odd: a clip of 3 tokens, which 2 ranks cannot split evenly.
   --plain-ulysses: diffusers' even-split Ulysses on 2 ranks instead of parallel.apply's.
+  --fused: a bf16 pipeline with Wan's fused kernels (wan/fused.py; run with TRITON_INTERPRET=1)
+  put in after the layout, as the adapter does, against the same fused pipeline on one rank;
+  the report adds "parity", parity.figures of the layout's first step against eager bf16 on
+  one rank, with the fp32 floor.
+  --old-processors: with --fused, the fused processors installed as before the fix (plain
+  set_processor, dropping the layout's _parallel_config): parity must catch it.
 A scenario that raises on one rank only leaves the ranks out of step (one in a collective the
 other never joins): put one that may raise last, as test_ranks.py does with "ulysses-2 --odd
 --plain-ulysses", which raises on both ranks at the same point.
@@ -40,7 +46,7 @@ from pyworker import parallel  # noqa: E402
 STEPS = 3
 
 
-def pipeline():
+def pipeline(bf16=False):
     from diffusers import AutoencoderKLWan, UniPCMultistepScheduler, WanPipeline, WanTransformer3DModel
 
     torch.manual_seed(0)
@@ -53,22 +59,62 @@ def pipeline():
     scheduler = UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=3.0)
     pipe = WanPipeline(tokenizer=None, text_encoder=None, transformer=transformer, vae=vae, scheduler=scheduler)
     pipe.set_progress_bar_config(disable=True)
+    if bf16:
+        # Unit q/k norms over random weights attend almost uniformly, and a uniform average over
+        # one rank's shard is close to the whole sequence's: sharper attention, as a trained
+        # model's, makes attending over the wrong tokens show.
+        with torch.no_grad():
+            for block in transformer.blocks:
+                block.attn1.norm_q.weight.fill_(4.0)
+                block.attn1.norm_k.weight.fill_(4.0)
+        transformer.bfloat16()
     return pipe
+
+
+def fuse(pipe, old_processors=False):
+    """Wan's fused kernels in pipe's transformer (wan/fused.py); old_processors: installed the
+    way they were before fused.set_processor carried the layout's config over."""
+    from pyworker import fused as kernels
+    from wan import fused
+
+    if old_processors:
+        carry = kernels.set_processor
+        kernels.set_processor = lambda module, processor: module.set_processor(processor)
+        try:
+            return fused.apply(pipe.transformer)
+        finally:
+            kernels.set_processor = carry
+    return fused.apply(pipe.transformer)
 
 
 SHAPE = {"height": 32, "width": 32, "num_frames": 5}  # 2 latent frames of 2x2 patches: 8 tokens
 ODD = {"height": 16, "width": 16, "num_frames": 9}  # 3 latent frames of 1 patch: 3 tokens, odd
 
 
-def generate(pipe, shape):
+def call_kwargs(shape):
     g = torch.Generator().manual_seed(7)
     embeds = torch.randn(1, 6, 32, generator=g)
     negative = torch.randn(1, 6, 32, generator=g)
+    return dict(prompt_embeds=embeds, negative_prompt_embeds=negative, **shape, num_inference_steps=STEPS,
+                guidance_scale=5.0, output_type="pt", generator=torch.Generator().manual_seed(42))
+
+
+def generate(pipe, shape, cfg=None):
+    if cfg is not None:
+        cfg.begin(True)  # guidance 5 and a negative prompt: both branches run
     with torch.inference_mode():
-        out = pipe(prompt_embeds=embeds, negative_prompt_embeds=negative, **shape,
-                   num_inference_steps=STEPS, guidance_scale=5.0, output_type="pt",
-                   generator=torch.Generator().manual_seed(42))
+        out = pipe(**call_kwargs(shape))
     return out.frames[0]
+
+
+def first_step(pipe, shape, cfg=None):
+    """parity.StepProbe's (prediction, latents) of the call's first step."""
+    from pyworker import parity
+
+    if cfg is not None:
+        cfg.begin(True)
+    with torch.inference_mode():
+        return parity.StepProbe(pipe).run(pipe, call_kwargs(shape))
 
 
 def counted(transformer):
@@ -84,7 +130,7 @@ def counted(transformer):
     return calls
 
 
-FLAGS = ("--break-exchange", "--odd", "--plain-ulysses")
+FLAGS = ("--break-exchange", "--odd", "--plain-ulysses", "--fused", "--old-processors")
 
 
 def parse(scenario):
@@ -98,9 +144,21 @@ def parse(scenario):
 
 def run_scenario(rank, layout, flags):
     """One scenario on this rank over a fresh pipeline: rank 0 returns its report."""
-    pipe = pipeline()
+    from pyworker import parity
+
+    fused = "--fused" in flags
+    pipe = pipeline(bf16=fused)
     shape = ODD if "--odd" in flags else SHAPE
-    alone = generate(pipe, shape) if rank == 0 else None
+    if fused:  # the reference runtime on each rank alone, as the adapters' prepare does
+        reference = first_step(pipe, shape)
+        with parity.FP32(pipe.transformer, torch):
+            fp32 = first_step(pipe, shape)
+        if rank == 0:
+            alone_pipe = pipeline(bf16=True)
+            fuse(alone_pipe)
+            alone = generate(alone_pipe, shape)
+    else:
+        alone = generate(pipe, shape) if rank == 0 else None
     calls = counted(pipe.transformer)
     if "--plain-ulysses" in flags:  # diffusers' even split, without parallel.apply's ulysses_anything
         from diffusers import ContextParallelConfig
@@ -109,18 +167,22 @@ def run_scenario(rank, layout, flags):
         cfg = None
     else:
         cfg = parallel.apply(pipe, layout, rank, torch)
-    if cfg is not None:
-        cfg.begin(True)  # guidance 5 and a negative prompt: both branches run
-        if "--break-exchange" in flags:
-            cfg._exchange = lambda cond, uncond: None
-    frames = generate(pipe, shape)
+    if cfg is not None and "--break-exchange" in flags:
+        cfg._exchange = lambda cond, uncond: None
+    report = {}
+    if fused:
+        report["modules"] = fuse(pipe, "--old-processors" in flags)
+        report["parity"] = parity.figures(reference, first_step(pipe, shape, cfg), fp32)
+        calls[0] = 0  # the transformer calls of the clip below only
+    frames = generate(pipe, shape, cfg)
     all_calls = [None, None]
     dist.all_gather_object(all_calls, calls[0])
     if rank == 0:
         # A broken exchange leaves uninitialised placeholders, so its frames may hold NaN: count
         # the values that differ (NaN differs from everything) rather than take a maximum.
-        return {"equal": bool(torch.equal(alone, frames)), "differing": int((alone != frames).sum()),
-                "calls": all_calls, "steps": STEPS}
+        report.update({"equal": bool(torch.equal(alone, frames)), "differing": int((alone != frames).sum()),
+                       "rel_l2": parity.relative_l2(frames, alone), "calls": all_calls, "steps": STEPS})
+        return report
     return None
 
 

@@ -28,6 +28,7 @@
 //	orphan    like ok, after starting a child that sleeps (pid written to EnvMarker)
 //	deaf      like ok, but does not exit when stdin closes
 //	gated     like ok, but sends ready only once the file named by EnvMarker exists
+//	parity    like ok, with Parity in its ready line
 //	stream    like ok, but writes the frames a chunk at a time as Wan's VAE decodes them (1,
 //	          then 4 a chunk) and announces each chunk but the last with a frames event; all
 //	          of them when the prompt contains "announce all"
@@ -107,6 +108,11 @@ func renderRaw(seed int64, frames, w, h int) []byte {
 	return b
 }
 
+// Parity is what the worker's ready line carries in mode "parity" (docs/WORKER.md).
+var Parity = map[string]any{"reference": "eager, one device, before layout and engine", "rel_l2": 0.0125,
+	"max_abs": 0.07, "fp32_reference": 0.0146, "fp32_served": 0.0127, "bound": 0.0292,
+	"bound_of": "fp32_served <= 2 x fp32_reference", "passed": true}
+
 // Run speaks the worker protocol on stdin/stdout in mode (see the package comment) and returns
 // the process's exit status.
 func Run(mode string) int {
@@ -151,7 +157,12 @@ func Run(mode string) int {
 		mode = "ok"
 	}
 
-	_ = enc.Encode(map[string]any{"event": "ready", "precision": Precision, "pid": os.Getpid()})
+	ready := map[string]any{"event": "ready", "precision": Precision, "pid": os.Getpid()}
+	if mode == "parity" {
+		ready["parity"] = Parity
+		mode = "ok"
+	}
+	_ = enc.Encode(ready)
 
 	lines := make(chan command)
 	go func() {
