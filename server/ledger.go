@@ -56,9 +56,9 @@ type JobError struct {
 // of total_ms, in order: receive, queue, Task call (task_phases_ms splits it where the Task
 // can), hand-over, wait for the encoder, encode, other.
 type Timing struct {
-	ReceiveMS      float64            `json:"receive_ms"`      // handler began -> job made: the body read, parsed and checked (an edit's reference decoded)
+	ReceiveMS      float64            `json:"receive_ms"`      // handler began -> job made: the body read, parsed and checked (an edit's reference's header)
 	ReceiveBodyMS  float64            `json:"receive_body_ms"` // not a part: receive_ms up to the body's last byte, the client's upload as the server saw it
-	QueueMS        float64            `json:"queue_ms"`
+	QueueMS        float64            `json:"queue_ms"`        // waiting for a lane (an in-process edit: and for its reference's decode)
 	TaskCallWallMS float64            `json:"task_call_wall_ms"`
 	TaskPhasesMS   map[string]float64 `json:"task_phases_ms,omitempty"` // e.g. encode_prompt, denoise, decode, as the Task timed them
 	HandoverMS     float64            `json:"handover_ms"`              // Task call returned -> frames in the server
