@@ -52,8 +52,9 @@ func BenchmarkVideoJobOverhead(b *testing.B) {
 
 func BenchmarkImageEditOverhead(b *testing.B) {
 	e, photo := editBench(b)
-	// The reference's decode is most of "receive": a tiny one, and a photograph at the edit
-	// rows' pinned 1024² (the output stays 64x48, so its PNG is not what is timed).
+	// A tiny reference, and a photograph at the edit rows' pinned 1024² (the output stays 64x48,
+	// so its PNG is not what is timed). "receive" checks the reference's header only; this
+	// in-process Task's lane waits for its decode, which the overhead includes.
 	for _, ref := range []struct {
 		name string
 		png  []byte
