@@ -3,6 +3,7 @@ package mediaqual_test
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,7 +33,8 @@ var faultCases = []struct {
 	{"nondeterministic", "ref-t2v", "artifact-sha256"},
 	{"corrupt-mp4", "ref-t2v", "container"},
 	{"job-fails", "ref-t2v", "aiperf-accounting"},
-	{"job-hangs", "ref-t2v", "aiperf-accounting"},
+	// Each hung job is followed to its request deadline (4 s here), then named.
+	{"job-hangs", "ref-t2v", "deadline"},
 	{"poll-500", "ref-t2v", "aiperf-accounting"},
 	// AIPerf downloads every video, so it is the first to see the file gone.
 	{"artifact-missing", "ref-t2v", "aiperf-accounting"},
@@ -100,6 +102,61 @@ func TestFaultsAreCaught(t *testing.T) {
 			require.Len(t, rep.Rows, 1)
 			assert.Equal(t, reports.Failed, rep.Rows[0].Outcome, "the report's row of a failed case")
 		})
+	}
+}
+
+// TestHungEndpointStillReportsEveryRow qualifies two rows, in a child run, against an endpoint
+// that accepts connections and never answers: each fails its serve stage by its request
+// deadline (check "deadline", read from the report, not the output), the run ends long before
+// go test's own timeout, and the report holds both rows.
+func TestHungEndpointStillReportsEveryRow(t *testing.T) {
+	if os.Getenv(qual.EnvEndpoint) != "" || os.Getenv(qual.EnvFault) != "" {
+		t.Skip("already inside a child run")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() {
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c) // never read, never answered
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	reportDir := t.TempDir()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run", "^(TestRef_t2v|TestRef_edit)$", "-test.v", "-test.count=1", "-test.timeout=2m")
+	cmd.Env = append(withoutEnv(os.Environ(), "MEDIAQUAL_REPORT_DIR", "MEDIAQUAL_MEDIASERVE", qual.EnvRequestTimeout),
+		qual.EnvEndpoint+"=http://"+ln.Addr().String(), qual.EnvRequestTimeout+"=2s",
+		"MEDIAQUAL_MEDIASERVE="+config.Mediaserve, "MEDIAQUAL_REPORT_DIR="+reportDir)
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	require.Error(t, err, "qualifying a silent endpoint passed:\n%s", out)
+	assert.NotContains(t, string(out), "panic: test timed out", "the run must end by its own deadlines")
+	t.Logf("child run took %s", time.Since(start).Round(time.Second))
+	b, err := os.ReadFile(filepath.Join(reportDir, "results.json"))
+	require.NoError(t, err, "the report of a run against a hung endpoint:\n%s", lastLines(string(out), 30))
+	var rep reports.Report
+	require.NoError(t, json.Unmarshal(b, &rep))
+	require.Len(t, rep.Rows, 2, "every row of the run")
+	for _, row := range rep.Rows {
+		assert.Equal(t, reports.Failed, row.Outcome, row.Checkpoint)
+		var failed []string
+		for _, s := range row.Stages {
+			if !s.Passed && s.Check != "" {
+				failed = append(failed, s.Name+"/"+s.Check)
+			}
+		}
+		assert.Equal(t, []string{"serve/deadline"}, failed, row.Checkpoint)
 	}
 }
 

@@ -41,7 +41,7 @@ const (
 // Client talks to one server.
 type Client struct {
 	BaseURL   string        // e.g. "http://127.0.0.1:8000"; a trailing slash is ignored
-	HTTP      *http.Client  // nil: http.DefaultClient
+	HTTP      *http.Client  // nil: one with DefaultTimeout (never http.DefaultClient, which has none)
 	APIKey    string        // sent as "Authorization: Bearer <key>" when non-empty
 	PollEvery time.Duration // WaitVideo's stated cadence (default 250 ms)
 }
@@ -356,6 +356,12 @@ func (r *response) decode(v any, raw *map[string]any) error {
 	return nil
 }
 
+// DefaultTimeout bounds each exchange of a Client without its own HTTP client: no request
+// to a server under test waits for ever.
+const DefaultTimeout = 30 * time.Minute
+
+var defaultHTTP = &http.Client{Timeout: DefaultTimeout}
+
 func (c *Client) base() string { return strings.TrimRight(c.BaseURL, "/") }
 
 func (c *Client) do(ctx context.Context, method, route string, body io.Reader, contentType, requestID string) (*response, error) {
@@ -379,7 +385,7 @@ func (c *Client) doURL(ctx context.Context, method, u, route string, body io.Rea
 	}
 	hc := c.HTTP
 	if hc == nil {
-		hc = http.DefaultClient
+		hc = defaultHTTP
 	}
 	resp, err := hc.Do(req)
 	if err != nil {

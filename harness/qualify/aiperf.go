@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -99,7 +100,7 @@ func AIPerf(c *Case, s *Served) (AIPerfRun, string, error) {
 	ar := aiperf.Run{
 		Model: c.Entry.ID, URL: s.URL, Tokenizer: tok, InputFile: input, Extra: c.extraInputs(),
 		Warmup: warmup, Requests: measured, Concurrency: c.Config.Concurrency, ArtifactDir: dir,
-		PollInterval: aiperfPoll, RequestTimeout: c.Config.RequestTimeout, APIKey: s.API.APIKey,
+		PollInterval: aiperfPoll, RequestTimeout: c.requestDeadline(), APIKey: s.API.APIKey,
 	}
 	ar.Endpoint = aiperf.ImageEdit
 	if c.Entry.Workload == spec.TextToVideo {
@@ -227,7 +228,7 @@ func (c *Case) followUnfinished(s *Served, x aiperf.Exports) ([]aiperf.Request, 
 	if c.Entry.Workload != spec.TextToVideo {
 		return reqs, entries, nil
 	}
-	ctx, cancel := context.WithTimeout(c.ctx, c.Config.RequestTimeout)
+	ctx, cancel := context.WithTimeout(c.ctx, c.requestDeadline())
 	defer cancel()
 	var wg sync.WaitGroup
 	followed := false
@@ -244,7 +245,21 @@ func (c *Case) followUnfinished(s *Served, x aiperf.Exports) ([]aiperf.Request, 
 	if entries, err = c.account(s, x); err != nil {
 		return nil, nil, err
 	}
-	return aiperf.Join(x, entries), entries, nil
+	reqs = aiperf.Join(x, entries)
+	if ctx.Err() != nil {
+		var hung []string
+		for _, r := range reqs {
+			if r.Outcome == aiperf.Unfinished {
+				hung = append(hung, fmt.Sprintf("request %s: job %s", r.XRequestID, r.JobID))
+			}
+		}
+		if len(hung) > 0 {
+			d, from := RequestDeadline(c.Entry, c.Config)
+			return nil, nil, check.Fail("deadline", "%d of %d requests still unfinished on the server after their deadline (%s: %s), followed together (%s):\n  %s",
+				len(hung), len(reqs), d, from, aiperf.Summarize(reqs), strings.Join(hung, "\n  "))
+		}
+	}
+	return reqs, entries, nil
 }
 
 // account is the server's account of the run: a launched mediaserve's ledger, or, for an

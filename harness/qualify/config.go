@@ -34,8 +34,14 @@ type Config struct {
 	Layout    spec.Layout // MEDIAQUAL_LAYOUT: mediaserve's -layout, for a row that offers layouts ("": its first that fits)
 	Fault     string      // MEDIAQUAL_FAULT: a launched mediaserve's -fault (the fault self-test)
 
-	RequestTimeout time.Duration // MEDIAQUAL_REQUEST_TIMEOUT: each AIPerf request, and following an unfinished job
-	Concurrency    int           // MEDIAQUAL_CONCURRENCY: AIPerf's concurrency
+	// RequestTimeout is the deadline of each request to the server under test (every HTTP
+	// exchange, each AIPerf request, following an unfinished job); 0: derived from the row
+	// (RequestDeadline). MEDIAQUAL_REQUEST_TIMEOUT.
+	RequestTimeout time.Duration
+	// CaseTimeout is the deadline of the whole case; 0: derived from the row (CaseDeadline).
+	// MEDIAQUAL_CASE_TIMEOUT.
+	CaseTimeout time.Duration
+	Concurrency int // MEDIAQUAL_CONCURRENCY: AIPerf's concurrency
 	// Warmup and Measured ask for a quick run (MEDIAQUAL_WARMUP_REQUESTS,
 	// MEDIAQUAL_MEASURED_REQUESTS); negative: the pinned counts.
 	Warmup, Measured int
@@ -62,15 +68,18 @@ const (
 	EnvWire     = "MEDIAQUAL_WIRE"
 	EnvFault    = "MEDIAQUAL_FAULT"
 	EnvLayout   = "MEDIAQUAL_LAYOUT"
+	// EnvRequestTimeout and EnvCaseTimeout override the derived deadlines (Go durations).
+	EnvRequestTimeout = "MEDIAQUAL_REQUEST_TIMEOUT"
+	EnvCaseTimeout    = "MEDIAQUAL_CASE_TIMEOUT"
 	// EnvWriteReferenceOutputs, set to 1, makes the correctness stage write its native outputs
 	// as the bundle's reference outputs where it has none.
 	EnvWriteReferenceOutputs = "MEDIAQUAL_WRITE_REFERENCE_OUTPUTS"
 )
 
 // Defaults is the configuration with nothing set: launch mediaserve, pinned request counts,
-// one request at a time, 30-minute requests.
+// one request at a time, deadlines derived from the row.
 func Defaults() Config {
-	return Config{Target: Target{Profile: wire.Mediaserve}, RequestTimeout: 30 * time.Minute, Concurrency: 1, Warmup: -1, Measured: -1}
+	return Config{Target: Target{Profile: wire.Mediaserve}, Concurrency: 1, Warmup: -1, Measured: -1}
 }
 
 // FromEnv reads the configuration from the environment; root is the module root and
@@ -103,8 +112,17 @@ func FromEnv(root, mediaserve string) (Config, error) {
 		}
 		c.Target.Profile = p
 	}
-	if d, err := time.ParseDuration(os.Getenv("MEDIAQUAL_REQUEST_TIMEOUT")); err == nil && d > 0 {
-		c.RequestTimeout = d
+	for _, v := range []struct {
+		env string
+		d   *time.Duration
+	}{{EnvRequestTimeout, &c.RequestTimeout}, {EnvCaseTimeout, &c.CaseTimeout}} {
+		if s := os.Getenv(v.env); s != "" {
+			d, err := time.ParseDuration(s)
+			if err != nil || d <= 0 {
+				return c, fmt.Errorf("%s=%q: want a positive Go duration, e.g. 90s or 30m", v.env, s)
+			}
+			*v.d = d
+		}
 	}
 	for _, v := range []struct {
 		env string

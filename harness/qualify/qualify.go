@@ -32,6 +32,7 @@ import (
 	"testing"
 	"time"
 
+	"mediaqual/harness/check"
 	"mediaqual/harness/wire"
 	"mediaqual/internal/stages"
 	"mediaqual/models/spec"
@@ -73,7 +74,12 @@ func Run(t *testing.T, entry spec.Entry, cfg Config) (row reports.Row) {
 		cfg.Target.Profile = wire.Mediaserve
 	}
 	row = NewRow(entry)
-	c := &Case{T: t, Entry: entry, Config: cfg, Row: &row, ctx: context.Background()}
+	c := &Case{T: t, Entry: entry, Config: cfg, Row: &row}
+	items, _ := c.items() // an error is the stages' to report
+	d, _ := CaseDeadline(entry, cfg, len(items))
+	ctx, cancel := context.WithTimeoutCause(context.Background(), d, errCaseDeadline)
+	defer cancel()
+	c.ctx = ctx
 	defer func() {
 		row.Duration = time.Since(start).Round(time.Millisecond).String()
 		for _, f := range c.assess() {
@@ -139,10 +145,11 @@ func (c *Case) runStages() {
 // error naming the failed check; both go into the result row. NotCompared skips the subtest
 // and is recorded as not passed.
 func (c *Case) stage(name string, fn func() (string, error)) bool {
-	var msg string
+	var msg, failed string
 	var skipped bool
 	ok := c.T.Run(name, func(t *testing.T) {
 		summary, err := fn()
+		err = c.deadline(name, err)
 		var nc NotCompared
 		if errors.As(err, &nc) {
 			msg, skipped = nc.Error(), true
@@ -151,6 +158,10 @@ func (c *Case) stage(name string, fn func() (string, error)) bool {
 		}
 		if err != nil {
 			msg = err.Error()
+			var f *check.Failure
+			if errors.As(err, &f) {
+				failed = f.Check
+			}
 			t.Fatal(err)
 		}
 		msg = summary
@@ -158,7 +169,7 @@ func (c *Case) stage(name string, fn func() (string, error)) bool {
 			t.Log(summary)
 		}
 	})
-	c.Row.Stages = append(c.Row.Stages, reports.Stage{Name: name, Passed: ok && !skipped, Message: msg})
+	c.Row.Stages = append(c.Row.Stages, reports.Stage{Name: name, Passed: ok && !skipped, Message: msg, Check: failed})
 	return ok
 }
 

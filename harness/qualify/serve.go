@@ -93,7 +93,8 @@ func Serve(c *Case) (*Served, string, error) {
 	if c.Entry.Engine != "" && !s.External {
 		c.Row.Engine = cmp.Or(c.Config.Engine, c.Entry.Engine)
 	}
-	return s, how + "; /v1/models reconciles with the inventory", nil
+	d, from := RequestDeadline(c.Entry, c.Config)
+	return s, fmt.Sprintf("%s; /v1/models reconciles with the inventory; request deadline %s (%s)", how, d, from), nil
 }
 
 // pollHold is the launched mediaserve's long poll (its -poll-hold, stated in every run): a poll
@@ -135,7 +136,7 @@ func (c *Case) launch() (*Served, string, error) {
 	c.Row.Load = &reports.Load{ReadyS: time.Since(start).Seconds(), TimeoutS: timeout.Seconds(), From: from}
 	c.T.Cleanup(func() { _ = srv.Stop() })
 	s.srv, s.URL = srv, srv.URL
-	s.API = &client.Client{BaseURL: srv.URL, PollEvery: pollEvery}
+	s.API = &client.Client{BaseURL: srv.URL, PollEvery: pollEvery, HTTP: c.httpClient()}
 	return s, fmt.Sprintf("ready at %s in %.1f s (load timeout %s, from %s)", srv.URL, c.Row.Load.ReadyS, timeout, from), nil
 }
 
@@ -145,7 +146,7 @@ func (c *Case) endpoint() (*Served, string, error) {
 	t := c.Config.Target
 	p := t.Profile
 	url := strings.TrimRight(t.Endpoint, "/")
-	s := &Served{URL: url, Profile: p, External: true, API: &client.Client{BaseURL: url, APIKey: t.APIKey, PollEvery: pollEvery}}
+	s := &Served{URL: url, Profile: p, External: true, API: &client.Client{BaseURL: url, APIKey: t.APIKey, PollEvery: pollEvery, HTTP: c.httpClient()}}
 	c.Row.Mode = "external endpoint (" + p.Name + " wire profile), not launched by the suite"
 	if c.Config.Fault != "" {
 		return nil, "", fmt.Errorf("check launch: %s=%s needs a launched mediaserve, not an endpoint", EnvFault, c.Config.Fault)
@@ -186,7 +187,7 @@ func (s *Served) exchange(ctx context.Context, step, method, path string, fields
 	if s.API.APIKey != "" {
 		req.Header.Set("Authorization", "Bearer "+s.API.APIKey)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := s.API.HTTP.Do(req) // the case's client: never one without a timeout
 	if err != nil {
 		return st, fmt.Errorf("%s %s: %w", method, path, err)
 	}
