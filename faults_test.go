@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"mediaqual/harness/check"
 	qual "mediaqual/harness/qualify"
 	"mediaqual/internal/casegen"
 	"mediaqual/reports"
@@ -60,6 +61,7 @@ func TestEveryFaultHasACase(t *testing.T) {
 	var cased []string
 	for _, fc := range faultCases {
 		require.NotContains(t, cased, fc.fault, "two cases for one fault")
+		assert.True(t, check.Registered(fc.check), "fault %s is to be caught by %s, which is no registered check", fc.fault, fc.check)
 		cased = append(cased, fc.fault)
 	}
 	slices.Sort(cased)
