@@ -109,7 +109,10 @@ func Correctness(c *Case, b Bundle) (Native, string, error) {
 	if c.Entry.Bundle == "" {
 		// The reference families are compiled into mediaserve, so the binary is the bundle.
 		sum := sha256.New()
-		bin, _ := os.ReadFile(c.Config.Mediaserve)
+		bin, err := os.ReadFile(c.Config.Mediaserve)
+		if err != nil {
+			return nil, "", fmt.Errorf("the mediaserve binary, which is this row's bundle: %w", err)
+		}
 		sum.Write(bin)
 		c.Row.Bundle = map[string]string{"served": "mediaserve " + c.Entry.ID + "@" + c.Entry.Revision, "sha256": hex.EncodeToString(sum.Sum(nil))[:16]}
 	} else {

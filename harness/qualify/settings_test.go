@@ -125,3 +125,18 @@ func TestServedActualSettings(t *testing.T) {
 	assert.Equal(t, spec.Implemented, c.Row.Limits[0].Ceiling)
 	assert.Contains(t, c.Row.Limits[0].Why, "actual-settings not reported")
 }
+
+// The reference families' bundle is the mediaserve binary: one that cannot be read is an
+// error, not the digest of nothing. Shown failing before: the row recorded sha256
+// e3b0c44298fc1c14 (the empty input's) and the stage failed on something else.
+func TestUnreadableMediaserveIsAnError(t *testing.T) {
+	e := lookup(t, "ref-t2v")
+	row := NewRow(e)
+	cfg := Defaults()
+	cfg.Mediaserve = t.TempDir() + "/no-such-mediaserve"
+	c := &Case{T: t, Entry: e, Config: cfg, Row: &row, Dir: t.TempDir(), ctx: t.Context()}
+	_, _, err := Correctness(c, Bundle{})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "the mediaserve binary, which is this row's bundle")
+	assert.Empty(t, row.Bundle, "no digest recorded")
+}
