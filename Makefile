@@ -89,7 +89,7 @@ test: ffmpeg chromium venvs vet
 # Execution counts, not durations: a -fuzztime duration races Go 1.26's fuzz coordinator, which
 # then fails the target with "context deadline exceeded" and no crasher (go.dev/issue/75804,
 # fixed in Go 1.27). Each count took 3-7 s on an idle 2-core machine (`time make fuzz`: 17 s
-# before FuzzReference, whose count took 2.4 s for half of it).
+# before FuzzReference, whose count took 5.0 s with other tests running beside it).
 FUZZ_MP4 ?= 40000x
 FUZZ_FORM ?= 25000x
 FUZZ_RESOLVE ?= 50000x
