@@ -55,9 +55,11 @@ class Branches:
             raise RuntimeError("%s: a step called the transformer for %s; expected cond, uncond" % (
                 self.name, ", ".join([b for b, _, _ in self.step] + [self.branch])))
         # The branch's output is a placeholder, filled in place once the step's two calls are
-        # in (the pipelines combine the branches only after both calls of the step).
+        # in (the pipelines combine the branches only after both calls of the step). NaN, so
+        # that a pipeline reading it before then (or an exchange that never filled it) makes
+        # non-finite output, which the worker refuses, instead of whatever memory held.
         hs = kwargs["hidden_states"]
-        out = self.torch.empty(hs.shape, dtype=hs.dtype, device=hs.device)
+        out = self.torch.full(hs.shape, float("nan"), dtype=hs.dtype, device=hs.device)
         self.step.append((self.branch, out, kwargs))
         if len(self.step) == 2:
             (_, cond, ck), (_, uncond, uk) = self.step

@@ -30,6 +30,18 @@ import threading
 
 RANK_ENV = "MEDIAQUAL_RANK"
 KINDS = ("single", "cfg", "ulysses")
+# The group's timeout (the rendezvous and the tensors' collectives, inside jobs): 30 minutes;
+# the tests of an idle lane shorten it. The control group waits for rank 0's next job, which
+# may be hours away on an idle lane: it has no practical timeout (IDLE), or the ranks that
+# wait in its broadcast would fail and take the lane down.
+TIMEOUT_ENV = "MEDIAQUAL_GROUP_TIMEOUT_S"
+IDLE_DAYS = 3650
+
+
+def group_timeout(env=os.environ):
+    import datetime
+
+    return datetime.timedelta(seconds=float(env.get(TIMEOUT_ENV, 1800)))
 
 
 def parse_layout(layout):
@@ -94,8 +106,7 @@ class Group:
         env = dict(os.environ if env is None else env)
         # Rank 0 hosts the rendezvous store on a port the kernel gives it while bound, so no
         # other process can take the port between choosing and listening.
-        self.store = dist.TCPStore("127.0.0.1", 0, self.world, True, timeout=datetime.timedelta(minutes=30),
-                                    wait_for_workers=False)
+        self.store = dist.TCPStore("127.0.0.1", 0, self.world, True, timeout=group_timeout(), wait_for_workers=False)
         os.environ["MASTER_ADDR"] = env["MASTER_ADDR"] = "127.0.0.1"
         os.environ["MASTER_PORT"] = env["MASTER_PORT"] = str(self.store.port)
         for r in range(1, self.world):
@@ -145,10 +156,10 @@ class Group:
         backend = "cpu:gloo,cuda:nccl" if cuda else "cpu:gloo"
         if self.store is None:  # ranks 1..: a client of rank 0's store
             self.store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), self.world, False,
-                                       timeout=datetime.timedelta(minutes=30))
+                                       timeout=group_timeout())
         dist.init_process_group(backend=backend, store=self.store, rank=self.rank, world_size=self.world,
-                                timeout=datetime.timedelta(minutes=30))
-        self.ctrl = dist.new_group(backend="gloo")
+                                timeout=group_timeout())
+        self.ctrl = dist.new_group(backend="gloo", timeout=datetime.timedelta(days=IDLE_DAYS))
 
     # ---- control messages
 

@@ -121,6 +121,17 @@ class GroupProtocolTest(unittest.TestCase):
         self.assertIn("[rank 1]: rank 1 finished a job", err)
         self.assertTrue(gone(child_pid(err)), "rank 1 outlived rank 0")
 
+    def test_an_idle_lane_outlives_the_group_timeout(self):
+        """Rank 1 waits for the next job in a broadcast of the control group; an idle lane
+        longer than the group's timeout (here 2 s, 30 minutes in service) must still serve."""
+        self.w.close()
+        self.w = Ranked(env={"MEDIAQUAL_GROUP_TIMEOUT_S": "2"})
+        self.ready()
+        time.sleep(5)
+        job, _ = self.w.run()
+        ev = self.w.end()
+        self.assertEqual((ev["event"], ev["id"]), ("result", job), "%s; stderr: %s" % (ev, self.w.stderr()[-2000:]))
+
     def test_cancel_stops_every_rank_at_the_same_step(self):
         self.ready()
         job, _ = self.w.run(prompt="slow", num_inference_steps=50)
@@ -234,6 +245,7 @@ class TinyPipelineTest(unittest.TestCase):
         r = self.parallel("cfg-2 --break-exchange")
         self.assertFalse(r["equal"], r)
         self.assertGreater(r["differing"], 0, r)
+        self.assertGreater(r["nonfinite"], 0, "the unfilled placeholders are NaN, which the worker refuses: %s" % r)
 
     def test_ulysses_2_gives_the_same_bytes(self):
         r = self.parallel("ulysses-2")

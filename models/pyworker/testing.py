@@ -274,6 +274,18 @@ class ProtocolContract:
         self.assertIn("boom", err["message"])
         self.stop()
 
+    def test_a_sticky_device_error_ends_the_worker(self):
+        """A CUDA error that poisons the context is the job's pipeline_error, then the worker
+        exits (status 1) so the server starts a fresh one; an out of memory does not."""
+        self.start(pipe=self.fake_pipe(fail=RuntimeError("CUDA error: an illegal memory access was encountered")))
+        self.out.next_event()
+        self.submit("i")
+        err, _ = self.until("error", "i")
+        self.assertEqual(err["code"], "pipeline_error")
+        self.assertIn("illegal memory access", err["message"])
+        self.thread.join(5)
+        self.assertEqual(self.rc, [1], "the worker exited after the job")
+
     def test_junk_lines_are_ignored(self):
         self.start()
         self.out.next_event()

@@ -711,8 +711,11 @@ class TorchBackend:
             self.torch.cuda.reset_peak_memory_stats(self.device)
 
     def peak_memory_mb(self):
+        """The device memory the job held at its peak: reserved by the caching allocator, which
+        includes the CUDA graphs' private pool and the allocator's slack, not only the tensors
+        allocated (max_memory_allocated), so it is what the device had to have."""
         if self.cuda:
-            return self.torch.cuda.max_memory_allocated(self.device) / (1 << 20)
+            return self.torch.cuda.max_memory_reserved(self.device) / (1 << 20)
         return 0.0
 
     def is_oom(self, exc):
@@ -773,6 +776,15 @@ class Pauses:
         gc.callbacks.remove(self.callback)
 
 
+def sticky_device_error(exc):
+    """Whether exc is a CUDA error that poisons the process's context (an illegal address, a
+    device-side assert, a launch failure: every later call fails too), as opposed to an out of
+    memory, after which the worker recovers. torch raises them as AcceleratorError (RuntimeError
+    before 2.9) with "CUDA error:" in the message."""
+    msg = str(exc)
+    return type(exc).__name__ == "AcceleratorError" or ("CUDA error:" in msg and "out of memory" not in msg)
+
+
 class Worker:
     """The JSON-lines loop of docs/WORKER.md around a family object (see the module doc)."""
 
@@ -788,6 +800,7 @@ class Worker:
         self.current = None  # id of the running job
         self.cancelled = set()
         self.pauses = None  # Pauses, from "ready" on
+        self.sticky = None  # the device error after which this process must not serve again
 
     # ---- output
 
@@ -903,6 +916,10 @@ class Worker:
                 # A collective may be half-done on some rank: the group cannot go on.
                 self.log("ending the group after job %s failed mid-call; the server restarts it" % job_id)
                 return 1
+            if not ok and self.sticky:
+                self.log("exiting after job %s: the device reported an error that stays with this process (%s); "
+                         "the server restarts the worker" % (job_id, self.sticky))
+                return 1
 
     def is_cancelled_everywhere(self, job_id):
         """cancelled() for a job: on several ranks, rank 0's answer shared with all of them."""
@@ -981,6 +998,8 @@ class Worker:
             else:
                 self.log("job %s failed: %s: %s" % (job_id, type(e).__name__, e))
                 self.error(job_id, "pipeline_error", "%s: %s" % (type(e).__name__, str(e)[:2000]))
+                if sticky_device_error(e):
+                    self.sticky = "%s: %s" % (type(e).__name__, str(e)[:200])
             return False
         self.emit({
             "event": "result",

@@ -181,7 +181,8 @@ def run_scenario(rank, layout, flags):
         # A broken exchange leaves uninitialised placeholders, so its frames may hold NaN: count
         # the values that differ (NaN differs from everything) rather than take a maximum.
         report.update({"equal": bool(torch.equal(alone, frames)), "differing": int((alone != frames).sum()),
-                       "rel_l2": parity.relative_l2(frames, alone), "calls": all_calls, "steps": STEPS})
+                       "rel_l2": parity.relative_l2(frames, alone), "nonfinite": int((~torch.isfinite(frames)).sum()),
+                       "calls": all_calls, "steps": STEPS})
         return report
     return None
 
