@@ -38,8 +38,12 @@ class FusedJointAttention(QwenDoubleStreamAttnProcessor2_0):
         head_dim = attn.inner_dim // attn.heads
         img_freqs, txt_freqs = image_rotary_emb
         img_query, txt_query = attn.to_q(hidden_states), attn.add_q_proj(encoder_hidden_states)
+        # The kernel reads each stream's table at its tokens' rows: both tables bounds-checked
+        # against their streams (settled when compiled).
         table = torch.view_as_real(img_freqs)
-        fused.check(img_query, attn.norm_q.weight, table, table, head_dim, head_dim)  # settled when compiled
+        fused.check(img_query, attn.norm_q.weight, table, table, head_dim, head_dim)
+        txt_table = torch.view_as_real(txt_freqs)
+        fused.check(txt_query, attn.norm_added_q.weight, txt_table, txt_table, head_dim, head_dim)
         joint_query = torch.cat([norm_rope(txt_query, attn.norm_added_q, txt_freqs, head_dim),
                                  norm_rope(img_query, attn.norm_q, img_freqs, head_dim)], dim=1)
         joint_key = torch.cat([norm_rope(attn.add_k_proj(encoder_hidden_states), attn.norm_added_k, txt_freqs, head_dim),

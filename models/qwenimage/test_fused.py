@@ -81,6 +81,27 @@ class FusedJointAttentionTest(unittest.TestCase):
         # On a CPU linear_gelu is the plain formula and the kernel has diffusers' bytes: all equal.
         self.assertEqual(int((got != plain).sum()), 0, "the fused transformer's output differs from the plain one's")
 
+    def test_refuses_a_rope_table_shorter_than_its_stream(self):
+        """The kernel reads a stream's table at its tokens' rows: a text table of 6 rows for 7
+        text tokens (or an image table of the wrong length) is refused by name, never read past."""
+        torch = self.torch
+        from diffusers import QwenImageTransformer2DModel
+        from diffusers.models.transformers.transformer_qwenimage import QwenEmbedRope
+
+        model = QwenImageTransformer2DModel(patch_size=2, in_channels=16, out_channels=4, num_layers=1,
+                                            attention_head_dim=32, num_attention_heads=2, joint_attention_dim=24,
+                                            axes_dims_rope=(8, 12, 12)).bfloat16().eval()
+        self.fused.apply(model)
+        attn = model.transformer_blocks[0].attn
+        rope = QwenEmbedRope(theta=10000, axes_dim=[8, 12, 12], scale_rope=True)
+        img, txt = rope([[(1, 4, 6)]], max_txt_seq_len=7, device="cpu")
+        hs, ehs = torch.randn(1, 24, 64).bfloat16(), torch.randn(1, 7, 64).bfloat16()
+        with torch.no_grad():
+            attn.processor(attn, hs, ehs, image_rotary_emb=(img, txt))  # the right lengths pass
+            for tables, which in (((img, txt[:6]), r"\(6, 16, 2\) .*7 tokens x 32"), ((img[:20], txt), r"\(20, 16, 2\) .*24 tokens x 32")):
+                with self.assertRaisesRegex(RuntimeError, "rotary cos " + which):
+                    attn.processor(attn, hs, ehs, image_rotary_emb=tables)
+
     def test_refuses_norms_it_does_not_fuse(self):
         from diffusers import QwenImageTransformer2DModel
 
