@@ -1019,43 +1019,21 @@ class Worker:
 # The reference image of an edit
 
 
-class RawReference:
-    """A reference the server decoded and wrote as raw rgb24 pixels (the run op's
-    reference_rgb, docs/WORKER.md)."""
-
-    def __init__(self, path, width, height):
-        self.path, self.width, self.height = path, width, height
-
-    def __repr__(self):
-        return "%r (rgb24, %dx%d)" % (self.path, self.width, self.height)
-
-
 def reference_of(msg):
-    """A run op's reference: None, the path of the file as uploaded, or a RawReference."""
-    ref, raw = msg.get("reference"), msg.get("reference_rgb")
+    """A run op's reference: None, or the path of the file as it was uploaded (docs/WORKER.md)."""
+    ref = msg.get("reference")
     if ref is None:
         return None
     if not isinstance(ref, str) or not ref:
         raise JobError("invalid_request", "run's reference is not a path")
-    if raw is None:
-        return ref
-    dims = [raw.get(k) if isinstance(raw, dict) else None for k in ("width", "height")]
-    if not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims):
-        raise JobError("invalid_request", "run's reference_rgb is not {width, height}: %r" % (raw,))
-    return RawReference(ref, *dims)
+    return ref
 
 
 def open_reference(ref):
-    """The reference as an RGB Pillow image: raw pixels taken as they are, an uploaded file
-    decoded by its content. OSError when it cannot be read."""
+    """The uploaded reference as an RGB Pillow image, decoded by its content (PNG, JPEG,
+    WebP). OSError when it cannot be read or decoded."""
     from PIL import Image
 
-    if isinstance(ref, RawReference):
-        with open(ref.path, "rb") as f:
-            data = f.read()
-        if len(data) != ref.width * ref.height * 3:
-            raise OSError("%d bytes, not %dx%d rgb24" % (len(data), ref.width, ref.height))
-        return Image.frombytes("RGB", (ref.width, ref.height), data)
     with Image.open(ref) as im:
         return im.convert("RGB")
 
