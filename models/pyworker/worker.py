@@ -420,7 +420,10 @@ def phases_ms(marks, t0, t1):
 
 
 def require_bundle(bundle):
-    if not bundle or not os.path.isfile(os.path.join(bundle, "model_index.json")):
+    if not bundle:
+        raise RuntimeError("no diffusers bundle given: set MEDIAQUAL_BUNDLES (with the row's --bundle-name), "
+                           "MEDIAQUAL_BUNDLE or --bundle")
+    if not os.path.isfile(os.path.join(bundle, "model_index.json")):
         raise RuntimeError(
             "no diffusers bundle at %r (model_index.json missing); set MEDIAQUAL_BUNDLES and the "
             "row's bundle, MEDIAQUAL_BUNDLE or --bundle" % (bundle,)

@@ -274,6 +274,10 @@ class ConfigTest(unittest.TestCase):
         with self.assertRaises(RuntimeError) as cm:
             adapter.DiffusersBackend(adapter.Config(os.path.join(tempfile.gettempdir(), "no-such-bundle"), 3.0))
         self.assertIn("model_index.json", str(cm.exception))
+        with self.assertRaises(RuntimeError) as cm:  # no bundle named at all: said so, not "at None"
+            adapter.DiffusersBackend(adapter.Config(None, 3.0))
+        self.assertIn("no diffusers bundle given: set MEDIAQUAL_BUNDLES", str(cm.exception))
+        self.assertNotIn("None", str(cm.exception))
 
     def test_module_imports_no_torch(self):
         self.assertNotIn("torch", sys.modules)
