@@ -40,6 +40,11 @@ var X264 = struct {
 	Threads int
 }{Preset: "ultrafast", CRF: 18, Threads: 8}
 
+// Profile is the H.264 profile ffprobe reports for X264's clips: ultrafast turns off CABAC
+// and B-frames, so x264 signals Constrained Baseline. docs/API.md states it and these
+// settings; TestDocsStateTheEncoder holds the docs to MP4Args and ffprobe.
+const Profile = "Constrained Baseline"
+
 // MP4Args are the ffmpeg arguments used for every clip of w×h rgb24 frames read from stdin.
 func MP4Args(w, h, fps int, out string) []string {
 	return []string{
