@@ -5,7 +5,9 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -22,21 +24,59 @@ import (
 )
 
 func main() {
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	os.Exit(run(os.Args[1:], os.Stderr, slog.New(slog.NewTextHandler(os.Stderr, nil))))
+}
+
+// run is mediaserve with args and returns its exit status: `task` runs native Tasks, `serve`
+// (or no subcommand) serves, -h prints the usage and exits 0, and any other first word is
+// refused by name, so a mistyped subcommand never starts a server.
+func run(args []string, stderr io.Writer, log *slog.Logger) int {
+	cmd := "serve"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, args = args[0], args[1:]
+	}
 	var err error
-	if len(os.Args) > 1 && os.Args[1] == "task" {
-		err = runTask(os.Args[2:], log)
-	} else {
-		args := os.Args[1:]
-		if len(args) > 0 && args[0] == "serve" {
-			args = args[1:]
+	switch cmd {
+	case "serve":
+		err = serve(args, stderr, log)
+	case "task":
+		err = runTask(args, stderr, log)
+	case "help":
+		fs, _ := serveFlags(stderr)
+		fs.Usage()
+		return 0
+	default:
+		fmt.Fprintf(stderr, "mediaserve: unknown subcommand %q: the subcommands are serve (the default) and task; mediaserve -h says more\n", cmd)
+		return 2
+	}
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		return 2 // the flag package has printed what is wrong and the usage
+	case err != nil:
+		fmt.Fprintln(stderr, "mediaserve:", err)
+		return 1
+	}
+	return 0
+}
+
+// errUsage is a command line the flag package refused and has already explained.
+var errUsage = errors.New("usage")
+
+// parse parses args into fs and refuses words left after the flags (a subcommand or value
+// in the wrong place would otherwise be ignored).
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
 		}
-		err = serve(args, log)
+		return errUsage
 	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "mediaserve:", err)
-		os.Exit(1)
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q: %s takes only flags (%s -h lists them)", fs.Arg(0), fs.Name(), fs.Name())
 	}
+	return nil
 }
 
 // listFlag collects a repeatable flag.
@@ -139,6 +179,9 @@ func laneDevices(id, visible string, perTask, lanes int) ([]string, error) {
 func withEngine(cp spec.Checkpoint, engine string) (spec.Checkpoint, error) {
 	if engine == "" || engine == cp.Engine {
 		return cp, nil
+	}
+	if err := spec.CheckEngine(engine); err != nil {
+		return cp, err
 	}
 	if cp.Engine == "" {
 		return cp, fmt.Errorf("%s has no engine choice; -engine %s cannot apply", cp.ID, engine)

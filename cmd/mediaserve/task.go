@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"mediaqual/internal/jsonl"
+	"mediaqual/models"
 	"mediaqual/models/spec"
 	"mediaqual/server"
 )
@@ -27,21 +29,29 @@ type taskJob struct {
 // runTask runs native Tasks through the server's encoder, without HTTP: one from the flags, or
 // every line of a -batch file with the weights loaded once (a GPU family's load can take longer
 // than its Task). Each job writes its artifact plus a JSON record of settings and actuals.
-func runTask(args []string, log *slog.Logger) error {
+func runTask(args []string, stderr io.Writer, log *slog.Logger) error {
 	fs := flag.NewFlagSet("mediaserve task", flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	model := fs.String("model", "", "checkpoint id")
 	capability := fs.String("capability", "", "workload (default: the model's only one)")
 	refPath := fs.String("reference", "", "reference image for image_edit")
 	out := fs.String("out", ".", "output directory")
-	engine := fs.String("engine", "", "the engine, as mediaserve -engine (default: the row's)")
+	engine := fs.String("engine", "", "the engine, as mediaserve -engine ("+strings.Join(spec.Engines, ", ")+"; default: the row's)")
 	layout := fs.String("layout", os.Getenv("MEDIAQUAL_LAYOUT"), "the GPU layout, as mediaserve -layout, chosen by the same rule (env MEDIAQUAL_LAYOUT)")
 	raw := fs.Bool("raw", false, "also write the raw rgb24 frames the artifact is encoded from, as <out>/frames.rgb")
 	batch := fs.String("batch", "", `JSON-lines file of jobs {"out": dir, "reference": path, "fields": {name: value}}, run in order with one load (replaces -out, -reference and -set)`)
 	loadFlag := fs.Duration("load-timeout", 0, "how long the model's load may take (default: from its row or bundle size; env MEDIAQUAL_LOAD_TIMEOUT)")
 	var sets listFlag
 	fs.Var(&sets, "set", "request field as name=value, with the HTTP field names (repeatable)")
-	if err := fs.Parse(args); err != nil {
+	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if *model == "" {
+		var ids []string
+		for _, cp := range models.Servable() {
+			ids = append(ids, cp.ID)
+		}
+		return fmt.Errorf("-model is required: one of %s", strings.Join(ids, ", "))
 	}
 	cps, err := selectModels([]string{*model}, log)
 	if err != nil {

@@ -19,7 +19,7 @@ func TestTaskBatchRunsEveryJobWithOneLoad(t *testing.T) {
 		`{"out": "`+filepath.Join(dir, "a")+`", "fields": {"prompt": "a red kite", "seed": "1"}}`+"\n\n"+
 			`{"out": "`+filepath.Join(dir, "b")+`", "fields": {"prompt": "a red kite", "seed": "2"}}`+"\n"), 0o644))
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	require.NoError(t, runTask([]string{"-model", "ref-t2v", "-batch", batch}, log))
+	require.NoError(t, runTask([]string{"-model", "ref-t2v", "-batch", batch}, io.Discard, log))
 
 	seeds := map[string]int64{}
 	digests := map[string]string{}
@@ -68,7 +68,7 @@ func TestTaskBatchErrorsNameTheProblem(t *testing.T) {
 		"a failing job": {[]string{"-batch", write(`{"out": "` + filepath.Join(dir, "ok") + `", "fields": {"prompt": "p"}}` + "\n" + `{"out": "` + filepath.Join(dir, "bad") + `", "fields": {"prompt": "p", "num_frames": "18"}}`)}, "batch job 2 (out " + filepath.Join(dir, "bad") + "): unsupported_value: ref-t2v cannot produce 18 frames"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			err := runTask(append([]string{"-model", "ref-t2v"}, c.args...), log)
+			err := runTask(append([]string{"-model", "ref-t2v"}, c.args...), io.Discard, log)
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), c.want)
 		})
