@@ -62,7 +62,11 @@ func TestUnknownWordsAreRefused(t *testing.T) {
 func TestTaskNeedsModel(t *testing.T) {
 	code, out := runCLI("task", "-out", t.TempDir())
 	assert.Equal(t, 1, code)
-	assert.Contains(t, out, "mediaserve: -model is required: one of ref-t2v, ")
+	var ids []string
+	for _, cp := range models.Servable() {
+		ids = append(ids, cp.ID)
+	}
+	assert.Contains(t, out, "mediaserve: -model is required: one of "+strings.Join(ids, ", "))
 	assert.NotContains(t, out, `unknown checkpoint ""`)
 }
 
