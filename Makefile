@@ -101,14 +101,31 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzReference$$' -fuzztime $(FUZZ_REFERENCE) -fuzzminimizetime 200x ./server/
 
 # The main job: qualify every checkpoint this machine can run (the embedded reference
-# families on a CPU) and write JUnit, JSON, Markdown and HTML results. The fault self-test is
-# make test's job, not a qualification's.
+# families on a CPU) and write JUnit, JSON, Markdown and HTML results. The fault self-test and
+# the interrupted-run test are make test's job, not a qualification's.
+# The run writes into $(REPORT_DIR).new; its report replaces $(REPORT_DIR) only once written
+# (the test binary writes an interrupted run's report too, marked so, on SIGINT), so Ctrl-C
+# never leaves a mix of two runs: a run that wrote no report leaves the previous one whole,
+# its junit.xml included. The last line says which happened. QUALIFY_RUN narrows the run to
+# the cases it matches (go test -run), e.g. make qualify QUALIFY_RUN=Ref_edit.
 REPORT_DIR ?= reports/out
+QUALIFY_RUN ?=
 qualify: deps
-	@mkdir -p $(REPORT_DIR)
-	@status=0; MEDIAQUAL_REPORT_DIR=$(abspath $(REPORT_DIR)) $(GO) tool gotestsum --format testname \
-		--junitfile $(REPORT_DIR)/junit.xml -- -count=1 -timeout 30m -skip TestFaultsAreCaught . || status=$$?; \
-	echo; echo "results: $(REPORT_DIR)/index.html  $(REPORT_DIR)/results.md  $(REPORT_DIR)/results.json  $(REPORT_DIR)/junit.xml"; \
+	@out=$(REPORT_DIR); new=$(REPORT_DIR).new; rm -rf $$new; mkdir -p $$new; \
+	interrupted=; trap 'interrupted=1' INT TERM; \
+	status=0; MEDIAQUAL_REPORT_DIR=$(abspath $(REPORT_DIR)).new $(GO) tool gotestsum --format testname \
+		--junitfile $$new/junit.xml -- -count=1 -timeout 30m -run '$(QUALIFY_RUN)' \
+		-skip 'TestFaultsAreCaught|TestInterruptedRunLeavesOneReport|TestMakeQualifyInterrupted' . || status=$$?; \
+	echo; \
+	if [ -f $$new/results.json ]; then \
+		rm -rf $$out.old; { [ ! -e $$out ] || mv $$out $$out.old; } && mv $$new $$out && rm -rf $$out.old; \
+		if grep -q '"interrupted":' $$out/results.json; then \
+			echo "results of an INTERRUPTED run (partial, marked so): $$out/index.html  $$out/results.md  $$out/results.json  $$out/junit.xml"; \
+		else echo "results: $$out/index.html  $$out/results.md  $$out/results.json  $$out/junit.xml"; fi; \
+	else \
+		rm -rf $$new; echo "no results: the run ended before writing a report; $$out is the previous run's, unchanged"; \
+	fi; \
+	if [ -n "$$interrupted" ] && [ $$status = 0 ]; then status=130; fi; \
 	exit $$status
 
 generate:

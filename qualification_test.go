@@ -9,12 +9,17 @@ package mediaqual_test
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -27,36 +32,119 @@ import (
 
 var (
 	config qual.Config // read once by TestMain
+	// run is done, its cause the signal, when the run is interrupted (SIGINT, SIGTERM): the
+	// case in progress stops, the cases after it are recorded as not run, and the report says so.
+	run    context.Context
 	rowsMu sync.Mutex
 	rows   []reports.Row
 )
 
 func TestMain(m *testing.M) {
 	flag.Parse()
+	ctx, interrupt := context.WithCancelCause(context.Background())
+	run = ctx
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		s := <-sig
+		signal.Stop(sig) // a second signal ends the run at once
+		fmt.Fprintf(os.Stderr, "mediaqual: %v: stopping the case in progress; the report will say what did and did not run\n", s)
+		interrupt(fmt.Errorf("%v signal", s))
+	}()
+	os.Exit(runAll(m))
+}
+
+// runAll builds what the run needs, runs the tests and writes the report. Whatever happens,
+// its temporary files go, and the report directory holds one run's report: this one's, written
+// beside it and moved in whole (marked interrupted if the run was), or the previous one as it was.
+func runAll(m *testing.M) int {
 	// A GPU host may have no Go toolchain: MEDIAQUAL_MEDIASERVE names a prebuilt binary.
 	dir, err := os.MkdirTemp("", "mediaqual-bin-")
-	if err == nil {
-		config, err = configure(dir)
-	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	if config, err = configure(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	out := config.ReportDir
+	if out != "" {
+		if err := replaceable(out); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		staging, err := os.MkdirTemp(filepath.Dir(out), "."+filepath.Base(out)+".run-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(staging) // gone once moved in; a run that writes no report leaves the old one
+		config.ReportDir = staging
 	}
 	code := m.Run()
-	os.RemoveAll(dir)
-	if out := config.ReportDir; out != "" && len(rows) > 0 {
-		paths, err := reports.WriteFiles(out, reports.Report{
-			Generated: time.Now(), Command: strings.Join(os.Args, " "), Rows: rows, Inventory: models.Inventory(),
-		})
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "writing reports:", err)
-			code = 1
-		}
-		for _, p := range paths {
-			fmt.Println("report:", p)
-		}
+	why := ""
+	if run.Err() != nil {
+		why = context.Cause(run).Error()
+		fmt.Fprintf(os.Stderr, "mediaqual: the run was interrupted (%s)\n", why)
+		code = max(code, 1)
 	}
-	os.Exit(code)
+	if out == "" || len(rows) == 0 {
+		return code
+	}
+	_, err = reports.WriteFiles(config.ReportDir, reports.Report{
+		Generated: time.Now(), Command: strings.Join(os.Args, " "), Interrupted: why, Rows: rows, Inventory: models.Inventory(),
+	})
+	if err == nil {
+		err = replaceDir(out, config.ReportDir)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "writing reports:", err)
+		return 1
+	}
+	for _, name := range []string{"results.json", "results.md", "index.html"} {
+		fmt.Println("report:", filepath.Join(out, name))
+	}
+	return code
+}
+
+// replaceable refuses a report directory the run's report may not replace: one that holds
+// files but no report (results.json), such as a home directory named by mistake.
+func replaceable(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) || (err == nil && len(entries) == 0) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(filepath.Join(dir, "results.json")); err != nil {
+		return fmt.Errorf("MEDIAQUAL_REPORT_DIR=%s holds %s and no previous report (results.json): the run's report replaces the whole directory, so name an empty or new one", dir, entries[0].Name())
+	}
+	return nil
+}
+
+// replaceDir puts directory src where dst is and removes what dst held, each step a rename
+// within one parent directory: dst is at every moment the old report whole, or the new one
+// (or, between the two renames, absent), never a mix.
+func replaceDir(dst, src string) error {
+	if err := os.Chmod(src, 0o755); err != nil {
+		return err
+	}
+	old := src + ".old"
+	if err := os.Rename(dst, old); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if err := os.Rename(src, dst); err != nil {
+		_ = os.Rename(old, dst)
+		return err
+	}
+	return os.RemoveAll(old)
 }
 
 // configure reads the environment and builds mediaserve into dir unless a prebuilt one is named.
@@ -84,7 +172,15 @@ func qualify(t *testing.T, id string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	row := qual.Run(t, e, config)
+	if run.Err() != nil {
+		row := qual.NewRow(e)
+		row.Command = casegen.Command(e)
+		row.Outcome = reports.NotRun
+		row.Note = fmt.Sprintf("not run: the run was interrupted (%v) before this case started", context.Cause(run))
+		record(row)
+		t.Skip(row.Note)
+	}
+	row := qual.RunContext(run, t, e, config)
 	row.Command = casegen.Command(e)
 	record(row)
 }

@@ -39,6 +39,7 @@ type htmlRow struct {
 type htmlPage struct {
 	Generated        string
 	Command          string
+	Interrupted      string // InterruptedBanner, for an interrupted run
 	Columns          []string
 	Rows             []htmlRow
 	InventoryColumns []string
@@ -130,6 +131,9 @@ func WriteHTML(dir string, r Report) (string, error) {
 		InventoryColumns: inventoryColumns,
 		Inventory:        inventoryRows(r.Inventory),
 	}
+	if r.Interrupted != "" {
+		page.Interrupted = InterruptedBanner(r.Interrupted)
+	}
 	for i, row := range r.Rows {
 		hr := htmlRow{Row: row, Bar: timeBar(row.Timing), Anchor: fmt.Sprintf("row-%d", i+1), Label: row.Label, NotModel: notModel(row), NotRun: row.Outcome == NotRun || row.Outcome == Excluded,
 			Cells: summaryCells(row), Details: details(row)}
@@ -211,6 +215,7 @@ figure img { max-width: 100%; height: auto; border: 1px solid var(--rule); displ
 <header>
 <h1>mediaqual results</h1>
 <p class="meta">Generated {{.Generated}} by <code>{{.Command}}</code></p>
+{{if .Interrupted}}<p class="label notmodel"><strong>{{.Interrupted}}</strong></p>{{end}}
 <nav>{{range .Rows}}<a href="#{{.Anchor}}">{{.Checkpoint}}</a>{{end}}<a href="#inventory">inventory</a></nav>
 </header>
 

@@ -23,6 +23,9 @@ const (
 	Failed   = "failed"
 	Excluded = "excluded"
 	NotRun   = "not run"
+	// Interrupted: the run was interrupted (SIGINT) while this row's stages ran; its stages
+	// say which finished, which stopped and which never ran.
+	Interrupted = "interrupted"
 	// GapDetected: every stage passed and the probe found the capability gap the inventory
 	// expects of this negative control.
 	GapDetected = "capability gap detected (expected)"
@@ -197,10 +200,14 @@ func Label(profile string) string {
 
 // Report is a whole run.
 type Report struct {
-	Generated time.Time    `json:"generated"`
-	Command   string       `json:"command"`
-	Rows      []Row        `json:"rows"`
-	Inventory []spec.Entry `json:"inventory"`
+	Generated time.Time `json:"generated"`
+	Command   string    `json:"command"`
+	// Interrupted says why the run did not finish ("interrupt signal"), "" for a run that
+	// did: its rows are then those that passed or failed before it, the one it stopped
+	// (outcome Interrupted) and those it never started (NotRun).
+	Interrupted string       `json:"interrupted,omitempty"`
+	Rows        []Row        `json:"rows"`
+	Inventory   []spec.Entry `json:"inventory"`
 }
 
 // WriteFiles writes results.json, results.md and index.html (WriteHTML) into dir and returns
@@ -237,10 +244,19 @@ func WriteFiles(dir string, r Report) ([]string, error) {
 	return []string{js, md, html}, nil
 }
 
+// InterruptedBanner is what results.md and index.html say above the rows of an interrupted run.
+func InterruptedBanner(why string) string {
+	return "INTERRUPTED (" + why + "): this run did not finish. Rows outcome " + Interrupted +
+		" stopped part way (their stages say where); rows " + NotRun + " never started. Nothing here is a complete qualification."
+}
+
 // Markdown renders the result rows, each row's details, and the inventory table.
 func Markdown(w io.Writer, r Report) error {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
 	p("# mediaqual results\n\nGenerated %s by `%s`.\n\n", r.Generated.UTC().Format(time.RFC3339), r.Command)
+	if r.Interrupted != "" {
+		p("**%s**\n\n", InterruptedBanner(r.Interrupted))
+	}
 	p("| %s |\n|%s\n", strings.Join(summaryColumns, " | "), strings.Repeat("---|", len(summaryColumns)))
 	for _, row := range r.Rows {
 		p("| %s |\n", strings.Join(summaryCells(row), " | "))

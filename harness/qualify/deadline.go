@@ -88,6 +88,9 @@ func (c *Case) deadline(stage string, err error) error {
 	if err == nil {
 		return nil
 	}
+	if why := c.interrupted(); why != nil {
+		return fmt.Errorf("interrupted: %s stopped when the run was interrupted (%v): %w", stage, why, err)
+	}
 	var f *check.Failure
 	if errors.As(err, &f) && f.Check == "deadline" {
 		return err

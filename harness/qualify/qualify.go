@@ -49,8 +49,9 @@ type Case struct {
 	Row    *reports.Row
 	Dir    string // this case's kept files: logs, artifacts, native outputs
 
-	ctx       context.Context
-	inputs    []workItem // the pinned inputs, built once (items)
+	ctx       context.Context // the case's: its deadline, and the run's interruption
+	run       context.Context // the run's (RunContext): done when the run is interrupted
+	inputs    []workItem      // the pinned inputs, built once (items)
 	inputsErr error
 	steps     []wire.Step    // an endpoint's answers, assessed against the contract at the end
 	findings  []wire.Finding // departures seen outside those steps
@@ -69,15 +70,23 @@ func (n NotCompared) Error() string { return "not compared: " + n.Why }
 // is what Run returns: with an unnamed one, `return row` copied the row before it ran, and
 // rows whose stages failed were reported "passed".)
 func Run(t *testing.T, entry spec.Entry, cfg Config) (row reports.Row) {
+	return RunContext(context.Background(), t, entry, cfg)
+}
+
+// RunContext is Run within the run's context: when ctx is done (the run was interrupted, by
+// SIGINT for one), the stage in progress stops and fails saying so, the stages after it are
+// recorded as not run, a launched server is stopped, and the row's outcome is
+// reports.Interrupted, so that an interrupted run's report says what did and did not run.
+func RunContext(ctx context.Context, t *testing.T, entry spec.Entry, cfg Config) (row reports.Row) {
 	start := time.Now()
 	if cfg.Target.Profile.Name == "" {
 		cfg.Target.Profile = wire.Mediaserve
 	}
 	row = NewRow(entry)
-	c := &Case{T: t, Entry: entry, Config: cfg, Row: &row}
+	c := &Case{T: t, Entry: entry, Config: cfg, Row: &row, run: ctx}
 	items, _ := c.items() // an error is the stages' to report
 	d, _ := CaseDeadline(entry, cfg, len(items))
-	ctx, cancel := context.WithTimeoutCause(context.Background(), d, errCaseDeadline)
+	ctx, cancel := context.WithTimeoutCause(ctx, d, errCaseDeadline)
 	defer cancel()
 	c.ctx = ctx
 	defer func() {
@@ -86,6 +95,8 @@ func Run(t *testing.T, entry spec.Entry, cfg Config) (row reports.Row) {
 			row.Findings = append(row.Findings, f.String())
 		}
 		switch {
+		case c.interrupted() != nil:
+			row.Outcome = reports.Interrupted
 		case t.Failed():
 			row.Outcome = reports.Failed
 		case row.Gap != "":
@@ -113,7 +124,13 @@ func (c *Case) runStages() {
 		run    AIPerfRun
 		arts   Artifacts
 	)
-	for _, name := range stages.For(c.Entry) {
+	for i, name := range stages.For(c.Entry) {
+		if why := c.interrupted(); why != nil {
+			for _, rest := range stages.For(c.Entry)[i:] {
+				c.Row.Stages = append(c.Row.Stages, reports.Stage{Name: rest, Message: "not run: the run was interrupted (" + why.Error() + ")"})
+			}
+			return
+		}
 		var fn func() (string, error)
 		switch name {
 		case stages.Inventory:
@@ -171,6 +188,15 @@ func (c *Case) stage(name string, fn func() (string, error)) bool {
 	})
 	c.Row.Stages = append(c.Row.Stages, reports.Stage{Name: name, Passed: ok && !skipped, Message: msg, Check: failed})
 	return ok
+}
+
+// interrupted is why the run was interrupted, or nil while it was not: the cause of the run's
+// context (RunContext), which the case's own deadline does not set.
+func (c *Case) interrupted() error {
+	if c.run == nil || c.run.Err() == nil {
+		return nil
+	}
+	return context.Cause(c.run)
 }
 
 // assess lists an endpoint's departures from the contract, from every answer the run kept
