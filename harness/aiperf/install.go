@@ -28,12 +28,33 @@ type Env struct {
 	Version string // as the package metadata reports it
 }
 
-// DefaultVenv is $MEDIAQUAL_AIPERF_VENV, or .cache/aiperf-<Version> under root.
+// DefaultVenv is $MEDIAQUAL_AIPERF_VENV; else .cache/aiperf-<Version> under root when it is
+// there (make aiperf's link into the shared cache, or a virtualenv of the clone's own); else
+// aiperf-<Version> in the shared cache (SharedCache), where make aiperf would put it. So
+// `go test` run before make installs AIPerf where every clone finds it, not into the clone.
 func DefaultVenv(root string) string {
 	if v := os.Getenv(EnvVenv); v != "" {
 		return v
 	}
-	return filepath.Join(root, ".cache", "aiperf-"+Version)
+	local := filepath.Join(root, ".cache", "aiperf-"+Version)
+	if _, err := os.Lstat(local); err == nil {
+		return local
+	}
+	return filepath.Join(SharedCache(), "aiperf-"+Version)
+}
+
+// SharedCache is where the virtualenvs are built once per machine, as the Makefile's
+// VENV_CACHE: $VENV_CACHE, else $XDG_CACHE_HOME/mediaqual, else $HOME/.cache/mediaqual
+// (TestSharedCacheIsTheMakefiles).
+func SharedCache() string {
+	if v := os.Getenv("VENV_CACHE"); v != "" {
+		return v
+	}
+	base := os.Getenv("XDG_CACHE_HOME")
+	if base == "" {
+		base = filepath.Join(os.Getenv("HOME"), ".cache")
+	}
+	return filepath.Join(base, "mediaqual")
 }
 
 // Ensure returns the AIPerf in venv, creating the virtualenv and installing aiperf==Version
