@@ -105,6 +105,9 @@ func Correctness(c *Case, b Bundle) (Native, string, error) {
 	if c.Config.Mediaserve == "" {
 		return nil, "", NotCompared{"no native path here (Config.Mediaserve is empty)"}
 	}
+	if why := bundle.Missing(c.Entry); why != "" && c.Config.Target.External() {
+		return nil, "", NotCompared{"no native path here: " + why}
+	}
 	bundleHashed := func() (string, error) { return "", nil }
 	if c.Entry.Bundle == "" {
 		// The reference families are compiled into mediaserve, so the binary is the bundle.

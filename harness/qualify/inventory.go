@@ -26,7 +26,11 @@ func Inventory(c *Case) (Bundle, string, error) {
 		return b, "", fmt.Errorf("check inventory-row: %s", strings.Join(p, "; "))
 	}
 	revision := ""
-	if e.GPU != nil {
+	if e.GPU != nil && c.Config.Target.External() && bundle.Missing(e) != "" {
+		// The endpoint serves its own weights: nothing here loads them, and correctness and
+		// identity, which would need them, are "not compared".
+		revision = "; no local bundle (" + bundle.Missing(e) + "): the endpoint's weights are its own, correctness and identity are not compared"
+	} else if e.GPU != nil {
 		if why := bundle.Missing(e); why != "" {
 			return b, "", fmt.Errorf("check gpu-environment: %s", why)
 		}
@@ -56,13 +60,14 @@ func Inventory(c *Case) (Bundle, string, error) {
 
 // GPUPreCheck says exactly what a GPU run is missing, before anything starts (check
 // gpu-environment): the weights, and GPUs enough for the row's needs and for the layout it
-// will run (MEDIAQUAL_LAYOUT, or its first that fits). An external endpoint brings its own GPUs.
+// will run (MEDIAQUAL_LAYOUT, or its first that fits). An external endpoint brings its own
+// GPUs and weights.
 func GPUPreCheck(e spec.Entry, cfg Config) error {
+	if cfg.Target.External() {
+		return nil // its GPUs and its weights are the endpoint's
+	}
 	if why := bundle.Missing(e); why != "" {
 		return fmt.Errorf("check gpu-environment: %s needs its weights: %s", e.ID, why)
-	}
-	if cfg.Target.External() {
-		return nil
 	}
 	if cfg.GPUs == "" {
 		need, layout := e.GPU.Count, ""

@@ -399,3 +399,33 @@ func TestTaskSpeedAndEncodeQuality(t *testing.T) {
 	assert.Equal(t, 30.0, tm.EncodePSNRMinDB)
 	assert.Equal(t, 35.0, tm.EncodePSNRMeanDB)
 }
+
+// An endpoint qualified for a GPU row needs no bundle here (docs/EXTERNAL.md): inventory
+// passes saying so, correctness and identity are "not compared", each recorded as not passed
+// and capping the row at implemented. Before, inventory failed check gpu-environment asking
+// for MEDIAQUAL_BUNDLES.
+func TestEndpointGPURowNeedsNoLocalBundle(t *testing.T) {
+	for _, root := range []string{"", t.TempDir()} { // unset, and set without this bundle
+		t.Setenv("MEDIAQUAL_BUNDLES", root)
+		e := lookup(t, "Wan-AI/Wan2.1-T2V-1.3B")
+		row := NewRow(e)
+		c := &Case{T: t, Entry: e, Row: &row, ctx: context.Background(), Config: Config{
+			Mediaserve: "/usr/local/bin/mediaserve", Target: Target{Endpoint: "http://gpu-host:8000", Profile: wire.Mediaserve}}}
+		var b Bundle
+		require.True(t, c.stage(stages.Inventory, func() (s string, err error) { b, s, err = Inventory(c); return }), "inventory")
+		c.stage(stages.Correctness, func() (string, error) { _, s, err := Correctness(c, b); return s, err })
+		c.stage(stages.Identity, func() (string, error) {
+			return Identity(c, nil, Artifacts{Served: []Artifact{{Path: "served.mp4"}}})
+		})
+		require.Len(t, row.Stages, 3)
+		assert.True(t, row.Stages[0].Passed)
+		assert.Contains(t, row.Stages[0].Message, "no local bundle")
+		for _, s := range row.Stages[1:] {
+			assert.False(t, s.Passed, s.Name)
+			assert.True(t, strings.HasPrefix(s.Message, "not compared: no native path"), "%s: %s", s.Name, s.Message)
+		}
+		require.Len(t, row.Limits, 2)
+		row.Earn()
+		assert.Equal(t, spec.Implemented, row.Earned, "capped, never passed")
+	}
+}
