@@ -2,13 +2,17 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"flag"
 	"log/slog"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -118,4 +122,37 @@ func TestReadmeListsEveryFlag(t *testing.T) {
 	fs.VisitAll(func(f *flag.Flag) { flags = append(flags, f.Name) })
 	slices.Sort(listed)
 	assert.Equal(t, flags, listed, "README's flags (sorted) against mediaserve's")
+}
+
+// README's poll loop ends on every terminal status, saying why a job failed, and keeps
+// polling while the job is queued or in progress. curl is a stub answering one status.
+func TestReadmePollLoopEnds(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	m := regexp.MustCompile(`(?m)^id=\$\(curl .*\n(?:\s.*\n)*((?:.*\n){2})`).FindSubmatch(b)
+	require.NotNil(t, m, "README has no video example")
+	loop := string(m[1])
+	require.Contains(t, loop, "/v1/videos/$id", "the two lines after the request are the poll loop")
+	if _, err := exec.LookPath("jq"); err != nil {
+		t.Fatalf("jq runs README's poll loop: %v", err)
+	}
+	bin := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(bin, "curl"), []byte(
+		"#!/bin/sh\necho '{\"status\": \"'$STATUS'\", \"error\": {\"code\": \"task_failed\"}}'\n"), 0o755))
+	for status, ends := range map[string]bool{"completed": true, "failed": true, "queued": false, "in_progress": false} {
+		ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+		cmd := exec.CommandContext(ctx, "bash", "-c", "id=video_1\n"+loop)
+		cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"), "STATUS="+status)
+		out, err := cmd.CombinedOutput()
+		ended := ctx.Err() == nil
+		cancel()
+		assert.Equal(t, ends, ended, "%s: the loop ends (%v, %s)", status, err, out)
+		if status == "failed" {
+			assert.Contains(t, string(out), "task_failed", "a failed job's error is shown")
+		}
+		if status == "completed" {
+			assert.NoError(t, err)
+			assert.Empty(t, string(out))
+		}
+	}
 }
