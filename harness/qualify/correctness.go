@@ -396,17 +396,25 @@ func (c *Case) loadGoldens() (map[string]string, bool, error) {
 	return g, update, nil
 }
 
-// saveGoldens rewrites the golden file, keeping other checkpoints' entries.
+// saveGoldens rewrites the golden file, keeping other checkpoints' entries: a file it cannot
+// read or parse is refused, not replaced by this row's entries alone.
 func (c *Case) saveGoldens(mine map[string]string) error {
 	file := c.path(c.Entry.Goldens)
 	all := map[string]string{}
-	if b, err := os.ReadFile(file); err == nil {
-		_ = json.Unmarshal(b, &all)
+	b, err := os.ReadFile(file)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return fmt.Errorf("check golden: %w", err)
+	default:
+		if err := json.Unmarshal(b, &all); err != nil {
+			return fmt.Errorf("check golden: %s is not a goldens file, not rewritten: %w", c.Entry.Goldens, err)
+		}
 	}
 	for k, v := range mine {
 		all[k] = v
 	}
-	b, err := json.MarshalIndent(all, "", "  ")
+	b, err = json.MarshalIndent(all, "", "  ")
 	if err != nil {
 		return err
 	}

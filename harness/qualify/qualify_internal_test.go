@@ -429,3 +429,27 @@ func TestEndpointGPURowNeedsNoLocalBundle(t *testing.T) {
 		assert.Equal(t, spec.Implemented, row.Earned, "capped, never passed")
 	}
 }
+
+// Updating the goldens keeps other rows' entries, and refuses a file it cannot parse instead of
+// replacing it with this row's entries alone (which it did, ignoring the error).
+func TestCorruptGoldensAreRefused(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "goldens.json")
+	e := lookup(t, "ref-t2v")
+	e.Goldens = file
+	c := &Case{Entry: e}
+	require.NoError(t, os.WriteFile(file, []byte(`{"other/a": "1"}`), 0o644))
+	require.NoError(t, c.saveGoldens(map[string]string{"ref-t2v/a": "2"}))
+	b, err := os.ReadFile(file)
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"other/a": "1", "ref-t2v/a": "2"}`, string(b), "other rows' entries kept")
+
+	corrupt := []byte(`{"other/a": "1", "ref-t2v/a": `)
+	require.NoError(t, os.WriteFile(file, corrupt, 0o644))
+	err = c.saveGoldens(map[string]string{"ref-t2v/a": "3"})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "check golden: ")
+	b, err = os.ReadFile(file)
+	require.NoError(t, err)
+	assert.Equal(t, string(corrupt), string(b), "the corrupt file is left for a person to look at")
+}
