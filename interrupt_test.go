@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	qual "mediaqual/harness/qualify"
+	"mediaqual/internal/casegen"
 	"mediaqual/reports"
 )
 
@@ -277,4 +278,34 @@ func TestMakeQualifyInterrupted(t *testing.T) {
 		siblings, _ := os.ReadDir(filepath.Dir(out))
 		assert.Len(t, siblings, 1, "nothing beside the report directory: %v", siblings)
 	})
+}
+
+// The excluded rows (the inventory says why) are skips with their reason, in go test's output
+// and so in JUnit, and "excluded" in the report: nothing was qualified, so nothing passes.
+// Before, each was --- PASS (JUnit: a passed testcase) after its inventory stage.
+func TestExcludedRowsAreSkips(t *testing.T) {
+	if os.Getenv(qual.EnvEndpoint) != "" || os.Getenv(qual.EnvFault) != "" {
+		t.Skip("already inside a child run")
+	}
+	ctx, cancel := context.WithTimeout(run, 2*time.Minute)
+	defer cancel()
+	reportDir := filepath.Join(t.TempDir(), "out")
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run", "^(TestCosmos3_Nano|TestLTX_Video)$", "-test.v", "-test.count=1")
+	cmd.Env = append(withoutEnv(os.Environ(), "MEDIAQUAL_REPORT_DIR", "MEDIAQUAL_MEDIASERVE"),
+		"MEDIAQUAL_MEDIASERVE="+config.Mediaserve, "MEDIAQUAL_REPORT_DIR="+reportDir)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	b, err := os.ReadFile(filepath.Join(reportDir, "results.json"))
+	require.NoError(t, err)
+	var rep reports.Report
+	require.NoError(t, json.Unmarshal(b, &rep))
+	require.Len(t, rep.Rows, 2)
+	for _, row := range rep.Rows {
+		assert.Equal(t, reports.Excluded, row.Outcome, row.Checkpoint)
+		require.NotEmpty(t, row.Note, row.Checkpoint)
+		name := casegen.TestName(row.Checkpoint)
+		assert.Contains(t, string(out), "--- SKIP: "+name, "%s:\n%s", row.Checkpoint, out)
+		assert.NotContains(t, string(out), "--- PASS: "+name+" ")
+		assert.Contains(t, string(out), "excluded by the inventory, nothing qualified: "+strings.SplitN(row.Note, "\n", 2)[0], row.Checkpoint)
+	}
 }
