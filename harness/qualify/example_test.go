@@ -18,29 +18,33 @@ func myInventory() []spec.Entry {
 	return []spec.Entry{e}
 }
 
-// TestMyServer is how another module qualifies its own server on its own rows: gated on
-// MEDIAQUAL_ENDPOINT, like an acceptance test, and compiled here so it stays current.
-func TestMyServer(t *testing.T) {
-	if os.Getenv(qualify.EnvEndpoint) == "" {
-		t.Skip("set MEDIAQUAL_ENDPOINT to the server to qualify")
-	}
-	cfg, err := qualify.FromEnv(".", "") // no mediaserve here: identity is "not compared"
-	if err != nil {
-		t.Fatal(err)
-	}
-	rows := myInventory()
-	cfg.Lookup = func(id string) (spec.Entry, error) {
-		for _, e := range rows {
-			if e.ID == id {
-				return e, nil
-			}
+// Another module qualifies its own server on its own rows from a test of its own, gated on
+// MEDIAQUAL_ENDPOINT like an acceptance test (docs/EXTERNAL.md). Run needs that test's
+// *testing.T, so the example defines the test function; compiling it here keeps it current.
+func ExampleRun() {
+	testMyServer := func(t *testing.T) {
+		if os.Getenv(qualify.EnvEndpoint) == "" {
+			t.Skip("set MEDIAQUAL_ENDPOINT to the server to qualify")
 		}
-		return spec.Entry{}, fmt.Errorf("%s is not in my inventory", id)
+		cfg, err := qualify.FromEnv(".", "") // no mediaserve here: identity is "not compared"
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows := myInventory() // []spec.Entry: id, workload, pinned settings, contracts, fixtures
+		cfg.Lookup = func(id string) (spec.Entry, error) {
+			for _, e := range rows {
+				if e.ID == id {
+					return e, nil
+				}
+			}
+			return spec.Entry{}, fmt.Errorf("%s is not in my inventory", id)
+		}
+		for _, e := range rows {
+			t.Run(e.ID, func(t *testing.T) {
+				row := qualify.Run(t, e, cfg)
+				t.Logf("%s: %s; findings: %v", e.ID, row.Outcome, row.Findings)
+			})
+		}
 	}
-	for _, e := range rows {
-		t.Run(e.ID, func(t *testing.T) {
-			row := qualify.Run(t, e, cfg)
-			t.Logf("%s: %s; findings: %v", e.ID, row.Outcome, row.Findings)
-		})
-	}
+	_ = testMyServer // in the user's module: func TestMyServer(t *testing.T) { ... }
 }
