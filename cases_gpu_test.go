@@ -6,6 +6,8 @@ package mediaqual_test
 
 import "testing"
 
+const buildTags = "gpu"
+
 func TestWan2_1_T2V_1_3B(t *testing.T) { qualify(t, "Wan-AI/Wan2.1-T2V-1.3B") }
 
 func TestWan2_2_TI2V_5B(t *testing.T) { qualify(t, "Wan-AI/Wan2.2-TI2V-5B") }

@@ -37,3 +37,16 @@ func TestListShowsEveryCaseWithStagesAndCommand(t *testing.T) {
 	assert.Contains(t, out, "-tags gpu -count=1 -run '^TestWan2_1_T2V_1_3B$' .")
 	assert.Contains(t, out, "TestCosmos3_Nano/inventory\n  run:")
 }
+
+// The report names the command a user ran, not the temporary binary go test built.
+func TestRunCommandNamesWhatTheUserRan(t *testing.T) {
+	bin := "/tmp/go-build1234/b001/mediaqual.test"
+	assert.Equal(t, "go test -count 1 -timeout 30m0s -skip 'TestFaultsAreCaught|TestInterrupted' .",
+		RunCommand([]string{bin, "-test.paniconexit0", "-test.count=1", "-test.timeout=30m0s",
+			"-test.skip=TestFaultsAreCaught|TestInterrupted", "-test.v=test2json"}, ""))
+	assert.Equal(t, "go test -tags gpu -v -run '^TestWan2_1_T2V_1_3B$' .",
+		RunCommand([]string{bin, "-test.v=true", "-test.run=^TestWan2_1_T2V_1_3B$"}, "gpu"))
+	assert.Equal(t, "./qual.test -test.run 'Wan2.1 x'", RunCommand([]string{"./qual.test", "-test.run", "Wan2.1 x"}, "gpu"),
+		"a binary run by hand is named as it ran")
+	assert.Equal(t, `a 'it'\''s'`, shellJoin([]string{"a", "it's"}))
+}
