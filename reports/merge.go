@@ -60,7 +60,7 @@ func Merge(parts ...Report) (Report, error) {
 			out.Rows = append(out.Rows, row)
 		}
 	}
-	sort.SliceStable(out.Rows, func(i, j int) bool { return out.Rows[i].Checkpoint < out.Rows[j].Checkpoint })
+	SortRows(out.Rows)
 	shards := "shards"
 	if len(parts) == 1 {
 		shards = "shard"

@@ -29,7 +29,7 @@ func TestMergeCombinesShards(t *testing.T) {
 	for _, r := range m.Rows {
 		ids = append(ids, r.Checkpoint)
 	}
-	assert.Equal(t, []string{"Wan-AI/Wan2.1-T2V-1.3B", "ref-t2i", "ref-t2v"}, ids, "every shard's rows, sorted")
+	assert.Equal(t, []string{"ref-t2i", "ref-t2v", "Wan-AI/Wan2.1-T2V-1.3B"}, ids, "every shard's rows, sorted: those that ran first")
 	assert.Equal(t, b.Generated, m.Generated, "the latest")
 	assert.Equal(t, "merged from 2 shards: go test -run 'Ref_t2v|Wan' .; go test -run Ref_t2i .", m.Command)
 	assert.Equal(t, a.Inventory, m.Inventory)

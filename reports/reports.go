@@ -210,13 +210,25 @@ type Report struct {
 	Inventory   []spec.Entry `json:"inventory"`
 }
 
+// SortRows orders a report's rows: those that ran first (any outcome but not run or
+// excluded), then the rest, each by checkpoint.
+func SortRows(rows []Row) {
+	ran := func(r Row) bool { return r.Outcome != NotRun && r.Outcome != Excluded }
+	sort.SliceStable(rows, func(i, j int) bool {
+		if a, b := ran(rows[i]), ran(rows[j]); a != b {
+			return a
+		}
+		return rows[i].Checkpoint < rows[j].Checkpoint
+	})
+}
+
 // WriteFiles writes results.json, results.md and index.html (WriteHTML) into dir and returns
 // their paths. Pictures named by the rows must already be under dir.
 func WriteFiles(dir string, r Report) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	sort.SliceStable(r.Rows, func(i, j int) bool { return r.Rows[i].Checkpoint < r.Rows[j].Checkpoint })
+	SortRows(r.Rows)
 	js := filepath.Join(dir, "results.json")
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {

@@ -54,7 +54,8 @@ func TestWriteFilesRoundTrips(t *testing.T) {
 	var back Report
 	require.NoError(t, json.Unmarshal(b, &back))
 	assert.Len(t, back.Rows, 3)
-	assert.Equal(t, "Wan-AI/Wan2.1-T2V-1.3B", back.Rows[0].Checkpoint, "rows are sorted")
+	assert.Equal(t, "ref-t2i", back.Rows[0].Checkpoint, "rows are sorted, those that ran first")
+	assert.Equal(t, "Wan-AI/Wan2.1-T2V-1.3B", back.Rows[2].Checkpoint, "the row not run last")
 }
 
 func TestLabelNeverClaimsMore(t *testing.T) {
