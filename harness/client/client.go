@@ -19,12 +19,14 @@ import (
 	"net/http"
 	"net/textproto"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"mediaqual/harness/api"
+	"mediaqual/harness/wire"
 )
 
 // DefaultPollEvery is WaitVideo's cadence when Client.PollEvery is zero.
@@ -44,6 +46,37 @@ type Client struct {
 	HTTP      *http.Client  // nil: one with DefaultTimeout (never http.DefaultClient, which has none)
 	APIKey    string        // sent as "Authorization: Bearer <key>" when non-empty
 	PollEvery time.Duration // WaitVideo's stated cadence (default 250 ms)
+	// Profile is the server's dialect: its routes for create, poll, content, delete and edit,
+	// and the bodies create accepts (multipart preferred, else JSON). Zero: wire.Mediaserve,
+	// the contract's routes. Listing is GET on the create route; models and image delete are
+	// the contract's.
+	Profile wire.Profile
+}
+
+// route is a profile route's method and path, the job id filled in.
+func (c *Client) route(of func(wire.Profile) string, id string) (method, path string) {
+	p := c.Profile
+	if p.Name == "" {
+		p = wire.Mediaserve
+	}
+	return p.Path(of(p), url.PathEscape(id))
+}
+
+// createBody encodes a create request as the profile accepts it: multipart/form-data with every
+// value a text field (as AIPerf sends it) where it can, else a JSON object of the fields.
+func (c *Client) createBody(fields map[string]string) (io.Reader, string, error) {
+	encodings := c.Profile.CreateEncodings
+	if c.Profile.Name == "" {
+		encodings = wire.Mediaserve.CreateEncodings
+	}
+	switch {
+	case slices.Contains(encodings, "multipart"):
+		return multipartBody(fields, nil)
+	case slices.Contains(encodings, "json"):
+		b, err := json.Marshal(fields)
+		return bytes.NewReader(b), "application/json", err
+	}
+	return nil, "", fmt.Errorf("profile %s accepts no encoding this client writes (%v)", c.Profile.Name, encodings)
 }
 
 // APIErrorBody is the body of the error envelope {"error": {...}}.
@@ -142,14 +175,16 @@ func (c *Client) Models(ctx context.Context) ([]Model, error) {
 	return ms, nil
 }
 
-// CreateVideo posts POST /v1/videos as multipart/form-data, every value a text field (as AIPerf
-// sends it), and sets X-Request-ID when requestID is non-empty.
+// CreateVideo posts the profile's create route (POST /v1/videos) as multipart/form-data, every
+// value a text field (as AIPerf sends it), or as JSON where the profile takes only that, and
+// sets X-Request-ID when requestID is non-empty.
 func (c *Client) CreateVideo(ctx context.Context, fields map[string]string, requestID string) (Video, error) {
-	body, ct, err := multipartBody(fields, nil)
+	method, route := c.route(func(p wire.Profile) string { return p.CreateVideo }, "")
+	body, ct, err := c.createBody(fields)
 	if err != nil {
-		return Video{}, fmt.Errorf("POST /v1/videos: %w", err)
+		return Video{}, fmt.Errorf("%s %s: %w", method, route, err)
 	}
-	r, err := c.do(ctx, http.MethodPost, "/v1/videos", body, ct, requestID)
+	r, err := c.do(ctx, method, route, body, ct, requestID)
 	if err != nil {
 		return Video{}, err
 	}
@@ -158,9 +193,10 @@ func (c *Client) CreateVideo(ctx context.Context, fields map[string]string, requ
 	return v, err
 }
 
-// GetVideo asks GET /v1/videos/{id}.
+// GetVideo asks the profile's poll route (GET /v1/videos/{id}).
 func (c *Client) GetVideo(ctx context.Context, id string) (Video, error) {
-	r, err := c.do(ctx, http.MethodGet, "/v1/videos/"+url.PathEscape(id), nil, "", "")
+	method, route := c.route(func(p wire.Profile) string { return p.PollVideo }, id)
+	r, err := c.do(ctx, method, route, nil, "", "")
 	if err != nil {
 		return Video{}, err
 	}
@@ -169,9 +205,10 @@ func (c *Client) GetVideo(ctx context.Context, id string) (Video, error) {
 	return v, err
 }
 
-// ListVideos asks GET /v1/videos for the newest limit jobs.
+// ListVideos asks GET on the create route (GET /v1/videos) for the newest limit jobs.
 func (c *Client) ListVideos(ctx context.Context, limit int) ([]Video, error) {
-	r, err := c.do(ctx, http.MethodGet, "/v1/videos?limit="+strconv.Itoa(limit), nil, "", "")
+	_, route := c.route(func(p wire.Profile) string { return p.CreateVideo }, "")
+	r, err := c.do(ctx, http.MethodGet, route+"?limit="+strconv.Itoa(limit), nil, "", "")
 	if err != nil {
 		return nil, err
 	}
@@ -229,28 +266,32 @@ func (c *Client) WaitVideo(ctx context.Context, id string) (Video, Polls, error)
 	}
 }
 
-// Content downloads GET /v1/videos/{id}/content and returns the bytes and their Content-Type.
+// Content downloads the profile's content route (GET /v1/videos/{id}/content) and returns the
+// bytes and their Content-Type.
 func (c *Client) Content(ctx context.Context, id string) ([]byte, string, error) {
-	r, err := c.do(ctx, http.MethodGet, "/v1/videos/"+url.PathEscape(id)+"/content", nil, "", "")
+	method, route := c.route(func(p wire.Profile) string { return p.VideoContent }, id)
+	r, err := c.do(ctx, method, route, nil, "", "")
 	if err != nil {
 		return nil, "", err
 	}
 	return r.body, r.resp.Header.Get("Content-Type"), nil
 }
 
-// DeleteVideo asks DELETE /v1/videos/{id} and checks the answer says deleted.
+// DeleteVideo asks the profile's delete route (DELETE /v1/videos/{id}) and checks the answer
+// says deleted.
 func (c *Client) DeleteVideo(ctx context.Context, id string) error {
-	return c.deleteObject(ctx, "/v1/videos/"+url.PathEscape(id), id)
+	method, route := c.route(func(p wire.Profile) string { return p.DeleteVideo }, id)
+	return c.deleteObject(ctx, method, route, id)
 }
 
 // DeleteImage asks DELETE /v1/images/{id} (an edit answered with a url) and checks the answer
 // says deleted.
 func (c *Client) DeleteImage(ctx context.Context, id string) error {
-	return c.deleteObject(ctx, "/v1/images/"+url.PathEscape(id), id)
+	return c.deleteObject(ctx, http.MethodDelete, "/v1/images/"+url.PathEscape(id), id)
 }
 
-func (c *Client) deleteObject(ctx context.Context, route, id string) error {
-	r, err := c.do(ctx, http.MethodDelete, route, nil, "", "")
+func (c *Client) deleteObject(ctx context.Context, method, route, id string) error {
+	r, err := c.do(ctx, method, route, nil, "", "")
 	if err != nil {
 		return err
 	}
@@ -264,20 +305,20 @@ func (c *Client) deleteObject(ctx context.Context, route, id string) error {
 	return nil
 }
 
-// Edit posts POST /v1/images/edits as multipart/form-data: fields as text fields and image as
-// the file part "image" named filename (its Content-Type sniffed from the bytes). It sets
-// X-Request-ID when requestID is non-empty. The PNG comes from b64_json or, for
+// Edit posts the profile's edit route (POST /v1/images/edits) as multipart/form-data: fields as
+// text fields and image as the file part "image" named filename (its Content-Type sniffed from
+// the bytes). It sets X-Request-ID when requestID is non-empty. The PNG comes from b64_json or, for
 // response_format=url, is fetched from the url (with the same credentials).
 func (c *Client) Edit(ctx context.Context, fields map[string]string, image []byte, filename, requestID string) (EditResult, error) {
-	const route = "/v1/images/edits"
+	method, route := c.route(func(p wire.Profile) string { return p.EditImage }, "")
 	if filename == "" {
 		filename = "image"
 	}
 	body, ct, err := multipartBody(fields, &filePart{field: "image", name: filename, data: image})
 	if err != nil {
-		return EditResult{}, fmt.Errorf("POST %s: %w", route, err)
+		return EditResult{}, fmt.Errorf("%s %s: %w", method, route, err)
 	}
-	r, err := c.do(ctx, http.MethodPost, route, body, ct, requestID)
+	r, err := c.do(ctx, method, route, body, ct, requestID)
 	if err != nil {
 		return EditResult{}, err
 	}

@@ -136,7 +136,7 @@ func (c *Case) launch() (*Served, string, error) {
 	c.Row.Load = &reports.Load{ReadyS: time.Since(start).Seconds(), TimeoutS: timeout.Seconds(), From: from}
 	c.T.Cleanup(func() { _ = srv.Stop() })
 	s.srv, s.URL = srv, srv.URL
-	s.API = &client.Client{BaseURL: srv.URL, PollEvery: pollEvery, HTTP: c.httpClient()}
+	s.API = &client.Client{BaseURL: srv.URL, PollEvery: pollEvery, HTTP: c.httpClient(), Profile: s.Profile}
 	return s, fmt.Sprintf("ready at %s in %.1f s (load timeout %s, from %s)", srv.URL, c.Row.Load.ReadyS, timeout, from), nil
 }
 
@@ -146,19 +146,20 @@ func (c *Case) endpoint() (*Served, string, error) {
 	t := c.Config.Target
 	p := t.Profile
 	url := strings.TrimRight(t.Endpoint, "/")
-	s := &Served{URL: url, Profile: p, External: true, API: &client.Client{BaseURL: url, APIKey: t.APIKey, PollEvery: pollEvery, HTTP: c.httpClient()}}
+	s := &Served{URL: url, Profile: p, External: true, API: &client.Client{BaseURL: url, APIKey: t.APIKey, PollEvery: pollEvery, HTTP: c.httpClient(), Profile: p}}
 	c.Row.Mode = "external endpoint (" + p.Name + " wire profile), not launched by the suite"
 	if c.Config.Fault != "" {
 		return nil, "", fmt.Errorf("check launch: %s=%s needs a launched mediaserve, not an endpoint", EnvFault, c.Config.Fault)
 	}
 	// A request no server can accept: no model, no prompt. Its answer shows the error shape.
-	step, err := s.exchange(c.ctx, "error", http.MethodPost, "/v1/videos", map[string]string{"mediaqual_probe": "1"})
+	method, path := p.Path(p.CreateVideo, "")
+	step, err := s.exchange(c.ctx, "error", method, path, map[string]string{"mediaqual_probe": "1"})
 	if err != nil {
 		return nil, "", fmt.Errorf("check endpoint: %w", err)
 	}
 	if step.Response.Status < 400 {
 		c.findings = append(c.findings, wire.Finding{Name: "invalid-request-accepted",
-			Detail: fmt.Sprintf("POST /v1/videos without model or prompt answered HTTP %d", step.Response.Status)})
+			Detail: fmt.Sprintf("%s %s without model or prompt answered HTTP %d", method, path, step.Response.Status)})
 	} else {
 		c.steps = append(c.steps, step)
 	}
