@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -114,14 +115,57 @@ func TestReadmeListsEveryFlag(t *testing.T) {
 	m := regexp.MustCompile(`(?s)\nFlags: (.*?)\nThe contract is in`).FindSubmatch(b)
 	require.NotNil(t, m, "README has no mediaserve flag list")
 	var listed []string
-	for _, f := range regexp.MustCompile("`-([a-z][a-z-]*)`").FindAllSubmatch(m[1], -1) {
-		listed = append(listed, string(f[1]))
+	fs, _ := serveFlags(&bytes.Buffer{})
+	// A flag's parenthesis that starts with a figure states its default: it must be the flag's.
+	for _, f := range regexp.MustCompile("`-([a-z][a-z-]*)`(?: \\(([0-9][^ ;:)]*))?").FindAllSubmatch(m[1], -1) {
+		name, stated := string(f[1]), string(f[2])
+		listed = append(listed, name)
+		if fl := fs.Lookup(name); fl != nil && stated != "" {
+			want, got := fl.DefValue, stated
+			if d, err := time.ParseDuration(stated); err == nil {
+				got = d.String()
+			}
+			assert.Equal(t, want, got, "README's default of -%s", name)
+		}
 	}
 	var flags []string
-	fs, _ := serveFlags(&bytes.Buffer{})
 	fs.VisitAll(func(f *flag.Flag) { flags = append(flags, f.Name) })
 	slices.Sort(listed)
 	assert.Equal(t, flags, listed, "README's flags (sorted) against mediaserve's")
+}
+
+// Every flag docs/API.md names is one of mediaserve's or mediaserve task's, and a default it
+// states in a parenthesis is the flag's.
+func TestAPIDocNamesRealFlags(t *testing.T) {
+	flags := map[string]*flag.Flag{}
+	fs, _ := serveFlags(&bytes.Buffer{})
+	fs.VisitAll(func(f *flag.Flag) { flags[f.Name] = f })
+	var usage bytes.Buffer
+	require.ErrorIs(t, runTask([]string{"-h"}, &usage, slog.New(slog.DiscardHandler)), flag.ErrHelp)
+	for _, m := range regexp.MustCompile(`(?m)^  -([a-z-]+)`).FindAllStringSubmatch(usage.String(), -1) {
+		if flags[m[1]] == nil {
+			flags[m[1]] = &flag.Flag{Name: m[1]}
+		}
+	}
+	require.Contains(t, flags, "raw", "task's flags")
+	b, err := os.ReadFile("../../docs/API.md")
+	require.NoError(t, err)
+	found := 0
+	for _, m := range regexp.MustCompile("`-([a-z][a-z-]*)`(?: \\(([0-9]+)\\)| \\(([0-9]+) MiB default\\))?").FindAllSubmatch(b, -1) {
+		f := flags[string(m[1])]
+		if !assert.NotNil(t, f, "docs/API.md names -%s, which mediaserve does not have", m[1]) {
+			continue
+		}
+		found++
+		if n := string(m[2]); n != "" {
+			assert.Equal(t, f.DefValue, n, "docs/API.md's default of -%s", m[1])
+		}
+		if mib := string(m[3]); mib != "" {
+			n, _ := strconv.Atoi(mib)
+			assert.Equal(t, f.DefValue, strconv.Itoa(n<<20), "docs/API.md's default of -%s", m[1])
+		}
+	}
+	assert.NotZero(t, found)
 }
 
 // README's poll loop ends on every terminal status, saying why a job failed, and keeps
