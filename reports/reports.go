@@ -39,6 +39,8 @@ type Stage struct {
 	// Check names the check that failed the stage, when its failure is a typed one
 	// (harness/check.Failure); tests read it instead of the message.
 	Check string `json:"check,omitempty"`
+	// Checks are all the checks that failed it, Check first (a stage may fail several).
+	Checks []string `json:"checks,omitempty"`
 }
 
 // Timing holds figures over measured requests only (no warmup, load or start-up).

@@ -8,6 +8,7 @@ import (
 	"image"
 	"math"
 	"math/big"
+	"slices"
 	"strings"
 
 	"mediaqual/harness/media"
@@ -16,19 +17,58 @@ import (
 	"mediaqual/models/spec"
 )
 
-// Failure is a failed check.
+// Failure is a failed check: the one way a check's failure is made (Fail), so that its name
+// is read from the error (errors.As, Names), never from its text.
 type Failure struct {
-	Check  string // stable name, e.g. "frame-count"
+	Check  string // stable name, e.g. "frame-count", one of Registry
 	Detail string
+	err    error // what Detail wraps (%w), for errors.Is and errors.As
 }
 
 func (f *Failure) Error() string { return "check " + f.Check + ": " + f.Detail }
 
-// Fail is a failed check, for the stages that find it.
+// Unwrap is what the detail was made with (%w), if anything.
+func (f *Failure) Unwrap() []error {
+	switch u := f.err.(type) {
+	case interface{ Unwrap() []error }:
+		return u.Unwrap()
+	case interface{ Unwrap() error }:
+		return []error{u.Unwrap()}
+	}
+	return nil
+}
+
+// Fail is a failed check, for the stages that find it; format may wrap an error with %w.
 func Fail(check, format string, args ...any) *Failure { return fail(check, format, args...) }
 
 func fail(check, format string, args ...any) *Failure {
-	return &Failure{Check: check, Detail: fmt.Sprintf(format, args...)}
+	err := fmt.Errorf(format, args...)
+	return &Failure{Check: check, Detail: err.Error(), err: err}
+}
+
+// Names lists the checks that failed in err, in order, each once: every Failure in its tree
+// (errors.Join and %w followed).
+func Names(err error) []string {
+	var names []string
+	var walk func(error)
+	walk = func(e error) {
+		if e == nil {
+			return
+		}
+		if f, ok := e.(*Failure); ok && !slices.Contains(names, f.Check) {
+			names = append(names, f.Check)
+		}
+		switch u := e.(type) {
+		case interface{ Unwrap() []error }:
+			for _, x := range u.Unwrap() {
+				walk(x)
+			}
+		case interface{ Unwrap() error }:
+			walk(u.Unwrap())
+		}
+	}
+	walk(err)
+	return names
 }
 
 // Clip checks a clip's container against what was asked: exactly num_frames samples, the

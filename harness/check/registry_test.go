@@ -1,6 +1,8 @@
 package check_test
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -60,9 +62,12 @@ func TestRegistryMatchesTheDocs(t *testing.T) {
 	}
 }
 
-// Every check name the harness writes (a Failure's, a "check NAME:" message's) is registered.
+// Every check name the harness writes (a Failure's) is registered, and no failure is a
+// "check NAME:" message built by hand, which only its text would name (shown failing on the
+// 43 such messages there were, before they became check.Fail).
 func TestEveryCheckNameIsRegistered(t *testing.T) {
-	uses := regexp.MustCompile(`(?:\bfail|\bFail|\bfinite|\bDigest)\("([a-z0-9-]+)"|Check: "([a-z0-9-]+)"|"check ([a-z0-9-]+)[: ]`)
+	uses := regexp.MustCompile(`(?:\bfail|\bFail|\bfinite|\bDigest)\("([a-z0-9-]+)"|Check: "([a-z0-9-]+)"`)
+	byHand := regexp.MustCompile(`"check [a-z0-9-]+[: ]`)
 	files, err := filepath.Glob("../*/*.go")
 	require.NoError(t, err)
 	var seen []string
@@ -72,8 +77,11 @@ func TestEveryCheckNameIsRegistered(t *testing.T) {
 		}
 		b, err := os.ReadFile(f)
 		require.NoError(t, err)
+		for _, m := range byHand.FindAllString(string(b), -1) {
+			t.Errorf("%s builds a check's failure by hand (%s...): use check.Fail", f, m)
+		}
 		for _, m := range uses.FindAllStringSubmatch(string(b), -1) {
-			name := m[1] + m[2] + m[3]
+			name := m[1] + m[2]
 			assert.True(t, check.Registered(name), "%s names check %q, which is not in check.Registry", f, name)
 			seen = append(seen, name)
 		}
@@ -82,4 +90,16 @@ func TestEveryCheckNameIsRegistered(t *testing.T) {
 	for _, c := range check.Registry {
 		assert.True(t, slices.Contains(seen, c.Name), "registered check %s is written nowhere in harness/", c.Name)
 	}
+}
+
+// A failure's names are read from the error, through errors.Join and %w, and what it wraps
+// stays reachable.
+func TestFailureNames(t *testing.T) {
+	base := errors.New("disk full")
+	launch := check.Fail("launch", "start: %w", base)
+	assert.Equal(t, "check launch: start: disk full", launch.Error())
+	err := errors.Join(check.Fail("frame-count", "17 frames"), fmt.Errorf("stage: %w", launch), errors.New("plain"), check.Fail("frame-count", "again"))
+	assert.Equal(t, []string{"frame-count", "launch"}, check.Names(err))
+	assert.ErrorIs(t, err, base)
+	assert.Empty(t, check.Names(errors.New("check size: a message is not a check")))
 }

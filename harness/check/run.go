@@ -3,7 +3,6 @@ package check
 import (
 	"encoding/base64"
 	"errors"
-	"fmt"
 	"image"
 	"math"
 	"net/http"
@@ -24,9 +23,9 @@ func Golden(goldens map[string]string, update bool, key, frames, file string) er
 	case update:
 		goldens[key] = frames
 	case !ok:
-		return fmt.Errorf("check golden: no golden for %s in %s; record with MEDIAQUAL_UPDATE_GOLDENS=1", key, file)
+		return fail("golden", "no golden for %s in %s; record with MEDIAQUAL_UPDATE_GOLDENS=1", key, file)
 	case want != frames:
-		return fmt.Errorf("check golden: %s frames %s, golden %s (refresh only with MEDIAQUAL_UPDATE_GOLDENS=1 after a deliberate change)", key, frames[:12], want[:12])
+		return fail("golden", "%s frames %s, golden %s (refresh only with MEDIAQUAL_UPDATE_GOLDENS=1 after a deliberate change)", key, frames[:12], want[:12])
 	}
 	return nil
 }
@@ -35,7 +34,7 @@ func Golden(goldens map[string]string, update bool, key, frames, file string) er
 // the pin (an aborted run has none).
 func AIPerfVersion(x aiperf.Exports) error {
 	if x.HasSummary && x.Summary.Version != aiperf.Version {
-		return fmt.Errorf("check aiperf-version: the run reports %s, pinned %s", x.Summary.Version, aiperf.Version)
+		return fail("aiperf-version", "the run reports %s, pinned %s", x.Summary.Version, aiperf.Version)
 	}
 	return nil
 }
@@ -45,7 +44,7 @@ func AIPerfVersion(x aiperf.Exports) error {
 // and nothing sent but pinned prompts.
 func AIPerfRun(reqs []aiperf.Request, execErr error, warmup, measured int, pinned func(prompt string) bool) error {
 	if execErr != nil {
-		return fmt.Errorf("check aiperf-exit: every request is accounted for, yet %w", execErr)
+		return fail("aiperf-exit", "every request is accounted for, yet %w", execErr)
 	}
 	w, m := 0, 0
 	for _, r := range reqs {
@@ -56,12 +55,12 @@ func AIPerfRun(reqs []aiperf.Request, execErr error, warmup, measured int, pinne
 		}
 	}
 	if w != warmup || m != measured {
-		return fmt.Errorf("check aiperf-counts: %d warmup and %d measured records, want %d and %d", w, m, warmup, measured)
+		return fail("aiperf-counts", "%d warmup and %d measured records, want %d and %d", w, m, warmup, measured)
 	}
 	for _, r := range reqs {
 		prompt, _ := r.Raw.Payload["prompt"].(string)
 		if !pinned(prompt) {
-			return fmt.Errorf("check aiperf-inputs: request %s sent prompt %q, which is not a pinned input", r.XRequestID, prompt)
+			return fail("aiperf-inputs", "request %s sent prompt %q, which is not a pinned input", r.XRequestID, prompt)
 		}
 	}
 	return nil
@@ -72,12 +71,12 @@ func AIPerfRun(reqs []aiperf.Request, execErr error, warmup, measured int, pinne
 func EditResponse(raw aiperf.RawRecord) ([]byte, error) {
 	data, _ := raw.Body(0)["data"].([]any)
 	if len(data) != 1 {
-		return nil, fmt.Errorf("check edit-response: want one image in data, got %d", len(data))
+		return nil, fail("edit-response", "want one image in data, got %d", len(data))
 	}
 	b64, _ := data[0].(map[string]any)["b64_json"].(string)
 	img, err := base64.StdEncoding.DecodeString(b64)
 	if err != nil || len(img) == 0 {
-		return nil, fmt.Errorf("check edit-response: data[0].b64_json: %v", err)
+		return nil, fail("edit-response", "data[0].b64_json: %v", err)
 	}
 	return img, nil
 }
@@ -88,9 +87,9 @@ func GoneAfterDelete(id string, err error) error {
 	var apiErr *client.APIError
 	switch {
 	case err == nil:
-		return fmt.Errorf("check delete: %s still answers after delete", id)
+		return fail("delete", "%s still answers after delete", id)
 	case !errors.As(err, &apiErr) || apiErr.Status != http.StatusNotFound:
-		return fmt.Errorf("check delete: GET %s after delete: want 404, got %v", id, err)
+		return fail("delete", "GET %s after delete: want 404, got %v", id, err)
 	}
 	return nil
 }
@@ -105,7 +104,7 @@ func InfluenceVerdict(gap string, err error, expect string) (string, error) {
 	case err != nil:
 		return "", err
 	case expect != "":
-		return "", fmt.Errorf("check influence-expected-gap: the probe did not find the expected gap %q", expect)
+		return "", fail("influence-expected-gap", "the probe did not find the expected gap %q", expect)
 	}
 	return "outputs follow their references", nil
 }
@@ -116,18 +115,18 @@ func InfluenceVerdict(gap string, err error, expect string) (string, error) {
 func EncodePSNR(rawPath string, decoded []*image.RGBA) (float64, error) {
 	pix, err := os.ReadFile(rawPath)
 	if err != nil {
-		return 0, fmt.Errorf("check encode-psnr: the native raw frames: %w", err)
+		return 0, fail("encode-psnr", "the native raw frames: %w", err)
 	}
 	w, h := decoded[0].Rect.Dx(), decoded[0].Rect.Dy()
 	raw := spec.Video{W: w, H: h, N: len(decoded), Pix: pix}
 	if err := raw.Check(); err != nil {
-		return 0, fmt.Errorf("check encode-psnr: raw frames against the %d decoded: %w", len(decoded), err)
+		return 0, fail("encode-psnr", "raw frames against the %d decoded: %w", len(decoded), err)
 	}
 	var mse float64
 	for i, f := range decoded {
 		p, err := media.PSNR(f, raw.RGBA(i))
 		if err != nil {
-			return 0, fmt.Errorf("check encode-psnr: frame %d: %w", i, err)
+			return 0, fail("encode-psnr", "frame %d: %w", i, err)
 		}
 		if !math.IsInf(p, 1) {
 			mse += 255 * 255 / math.Pow(10, p/10) / float64(len(decoded))

@@ -76,7 +76,7 @@ func AIPerf(c *Case, s *Served) (AIPerfRun, string, error) {
 	}
 	env, err := InstalledAIPerf(c.Config.Root)
 	if err != nil {
-		return run, "", fmt.Errorf("check aiperf-install: %w", err)
+		return run, "", check.Fail("aiperf-install", "%w", err)
 	}
 	items, err := c.items()
 	if err != nil {
@@ -129,7 +129,7 @@ func AIPerf(c *Case, s *Served) (AIPerfRun, string, error) {
 	c.Row.Counts["planned_warmup"], c.Row.Counts["planned_measured"] = warmup, measured
 	c.Row.Counts["pinned_warmup"], c.Row.Counts["pinned_measured"] = pinnedWarmup, len(items)
 	if err := aiperf.Account(reqs, entries); err != nil {
-		return run, "", errors.Join(err, execErr)
+		return run, "", errors.Join(check.Fail("aiperf-accounting", "%w", err), execErr)
 	}
 	pinned := func(p string) bool { _, ok := byPrompt[p]; return ok }
 	if err := check.AIPerfRun(reqs, execErr, warmup, measured, pinned); err != nil {

@@ -57,7 +57,7 @@ func FetchArtifacts(c *Case, s *Served, native Native, run AIPerfRun) (Artifacts
 		var err error
 		if c.Entry.Workload == spec.TextToVideo {
 			if data, err = c.content(s, r.JobID); err != nil {
-				return out, "", fmt.Errorf("check artifact-fetch: request %s, completed job %s: %w", r.RequestID, r.JobID, err)
+				return out, "", check.Fail("artifact-fetch", "request %s, completed job %s: %w", r.RequestID, r.JobID, err)
 			}
 		} else if data, err = check.EditResponse(r.raw); err != nil {
 			return out, "", fmt.Errorf("request %s: %w", r.RequestID, err)
@@ -70,7 +70,7 @@ func FetchArtifacts(c *Case, s *Served, native Native, run AIPerfRun) (Artifacts
 			}
 			declared++
 		case !s.External:
-			return out, "", fmt.Errorf("check ledger-digest: request %s has no single completed ledger line", r.RequestID)
+			return out, "", check.Fail("ledger-digest", "request %s has no single completed ledger line", r.RequestID)
 		}
 		a.Path = filepath.Join(c.Dir, "http", fmt.Sprintf("%s-%s%s", r.item.key, r.JobID, extension(c.Entry.Workload)))
 		if err := os.MkdirAll(filepath.Dir(a.Path), 0o755); err != nil {

@@ -26,7 +26,7 @@ func Cleanup(c *Case, s *Served, a Artifacts) (string, error) {
 	}
 	for _, id := range ids {
 		if err := c.deleteVideo(s, id); err != nil {
-			return "", fmt.Errorf("check delete: %w", err)
+			return "", check.Fail("delete", "%w", err)
 		}
 		_, err := s.API.GetVideo(c.ctx, id)
 		if err := check.GoneAfterDelete(id, err); err != nil {
@@ -37,13 +37,13 @@ func Cleanup(c *Case, s *Served, a Artifacts) (string, error) {
 		return fmt.Sprintf("%d jobs deleted, each answering 404 after; the endpoint keeps running (not launched by the suite)", len(ids)), nil
 	}
 	if left, err := listDir(s.artifactDir); err != nil || len(left) > 0 {
-		return "", fmt.Errorf("check no-leftover-files: %v %v", left, err)
+		return "", check.Fail("no-leftover-files", "%v %v", left, err)
 	}
 	if err := s.srv.Stop(); err != nil {
-		return "", fmt.Errorf("check clean-exit: %w\n%s", err, s.srv.LogTail(20))
+		return "", check.Fail("clean-exit", "%w\n%s", err, s.srv.LogTail(20))
 	}
 	if left, err := listDir(s.artifactDir); err != nil || len(left) > 0 {
-		return "", fmt.Errorf("check no-leftover-files after shutdown: %v %v", left, err)
+		return "", check.Fail("no-leftover-files", "after shutdown: %v %v", left, err)
 	}
 	return fmt.Sprintf("%d jobs deleted; no artifact left; clean exit", len(ids)), nil
 }

@@ -387,10 +387,10 @@ func (c *Case) loadGoldens() (map[string]string, bool, error) {
 	switch {
 	case errors.Is(err, os.ErrNotExist) && update:
 	case err != nil:
-		return nil, false, fmt.Errorf("check golden: %w", err)
+		return nil, false, check.Fail("golden", "%w", err)
 	default:
 		if err := json.Unmarshal(b, &g); err != nil {
-			return nil, false, fmt.Errorf("check golden: %s: %w", e.Goldens, err)
+			return nil, false, check.Fail("golden", "%s: %w", e.Goldens, err)
 		}
 	}
 	return g, update, nil
@@ -405,10 +405,10 @@ func (c *Case) saveGoldens(mine map[string]string) error {
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 	case err != nil:
-		return fmt.Errorf("check golden: %w", err)
+		return check.Fail("golden", "%w", err)
 	default:
 		if err := json.Unmarshal(b, &all); err != nil {
-			return fmt.Errorf("check golden: %s is not a goldens file, not rewritten: %w", c.Entry.Goldens, err)
+			return check.Fail("golden", "%s is not a goldens file, not rewritten: %w", c.Entry.Goldens, err)
 		}
 	}
 	for k, v := range mine {

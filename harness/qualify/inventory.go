@@ -23,7 +23,7 @@ func Inventory(c *Case) (Bundle, string, error) {
 	var b Bundle
 	e := c.Entry
 	if p := e.Problems(); len(p) > 0 {
-		return b, "", fmt.Errorf("check inventory-row: %s", strings.Join(p, "; "))
+		return b, "", check.Fail("inventory-row", "%s", strings.Join(p, "; "))
 	}
 	revision := ""
 	if e.GPU != nil && c.Config.Target.External() && bundle.Missing(e) != "" {
@@ -32,7 +32,7 @@ func Inventory(c *Case) (Bundle, string, error) {
 		revision = "; no local bundle (" + bundle.Missing(e) + "): the endpoint's weights are its own, correctness and identity are not compared"
 	} else if e.GPU != nil {
 		if why := bundle.Missing(e); why != "" {
-			return b, "", fmt.Errorf("check gpu-environment: %s", why)
+			return b, "", check.Fail("gpu-environment", "%s", why)
 		}
 		// A bundle of random weights proves mechanics and timing only; every report says so.
 		if bundle.IsL0(bundle.Dir(e)) {
@@ -53,7 +53,7 @@ func Inventory(c *Case) (Bundle, string, error) {
 		return b, e.Note, nil
 	}
 	if e.NewTask == nil && len(e.Worker) == 0 && !c.Config.Target.External() {
-		return b, "", fmt.Errorf("check inventory-task: %s is %s and has no native Task to run (%s)", e.ID, e.Status, e.Note)
+		return b, "", check.Fail("inventory-task", "%s is %s and has no native Task to run (%s)", e.ID, e.Status, e.Note)
 	}
 	return b, fmt.Sprintf("row complete; status %s%s; reconciled against /v1/models in serve", e.Status, revision), nil
 }
@@ -67,7 +67,7 @@ func GPUPreCheck(e spec.Entry, cfg Config) error {
 		return nil // its GPUs and its weights are the endpoint's
 	}
 	if why := bundle.Missing(e); why != "" {
-		return fmt.Errorf("check gpu-environment: %s needs its weights: %s", e.ID, why)
+		return check.Fail("gpu-environment", "%s needs its weights: %s", e.ID, why)
 	}
 	if cfg.GPUs == "" {
 		need, layout := e.GPU.Count, ""
@@ -78,15 +78,15 @@ func GPUPreCheck(e spec.Entry, cfg Config) error {
 			}
 			need, layout = max(need, l.Degree()), fmt.Sprintf("; %s %s takes %d", which, l, l.Degree())
 		}
-		return fmt.Errorf("check gpu-environment: set MEDIAQUAL_GPUS to the CUDA device ids for %s (needs %d GPU(s) with %d GB each%s)", e.ID, need, e.GPU.MemoryGB, layout)
+		return check.Fail("gpu-environment", "set MEDIAQUAL_GPUS to the CUDA device ids for %s (needs %d GPU(s) with %d GB each%s)", e.ID, need, e.GPU.MemoryGB, layout)
 	}
 	if len(e.Layouts) > 0 {
 		// The layout the run will choose must fit: at least its degree of GPUs.
 		if _, err := e.ChooseLayout(cfg.Layout, cfg.GPUs); err != nil {
-			return fmt.Errorf("check gpu-environment: %w (MEDIAQUAL_GPUS, MEDIAQUAL_LAYOUT)", err)
+			return check.Fail("gpu-environment", "%w (MEDIAQUAL_GPUS, MEDIAQUAL_LAYOUT)", err)
 		}
 	} else if n := len(strings.Split(cfg.GPUs, ",")); n < e.GPU.Count {
-		return fmt.Errorf("check gpu-environment: %s needs %d GPU(s); MEDIAQUAL_GPUS=%s names %d", e.ID, e.GPU.Count, cfg.GPUs, n)
+		return check.Fail("gpu-environment", "%s needs %d GPU(s); MEDIAQUAL_GPUS=%s names %d", e.ID, e.GPU.Count, cfg.GPUs, n)
 	}
 	return nil
 }
@@ -98,7 +98,7 @@ func (c *Case) revision() (Bundle, string, error) {
 	dir, want := bundle.Dir(c.Entry), c.Entry.Revision
 	commit, source, err := bundle.Revision(dir)
 	if err != nil {
-		return Bundle{}, "", fmt.Errorf("check bundle-revision: %w", err)
+		return Bundle{}, "", check.Fail("bundle-revision", "%w", err)
 	}
 	b := Bundle{Commit: commit}
 	switch {

@@ -162,7 +162,8 @@ func (c *Case) runStages() {
 // error naming the failed check; both go into the result row. NotCompared skips the subtest
 // and is recorded as not passed.
 func (c *Case) stage(name string, fn func() (string, error)) bool {
-	var msg, failed string
+	var msg string
+	var failed []string // the checks that failed, by their Failures
 	var skipped bool
 	ok := c.T.Run(name, func(t *testing.T) {
 		summary, err := fn()
@@ -174,11 +175,7 @@ func (c *Case) stage(name string, fn func() (string, error)) bool {
 			t.Skip(msg)
 		}
 		if err != nil {
-			msg = err.Error()
-			var f *check.Failure
-			if errors.As(err, &f) {
-				failed = f.Check
-			}
+			msg, failed = err.Error(), check.Names(err)
 			t.Fatal(err)
 		}
 		msg = summary
@@ -186,7 +183,11 @@ func (c *Case) stage(name string, fn func() (string, error)) bool {
 			t.Log(summary)
 		}
 	})
-	c.Row.Stages = append(c.Row.Stages, reports.Stage{Name: name, Passed: ok && !skipped, Message: msg, Check: failed})
+	st := reports.Stage{Name: name, Passed: ok && !skipped, Message: msg, Checks: failed}
+	if len(failed) > 0 {
+		st.Check = failed[0]
+	}
+	c.Row.Stages = append(c.Row.Stages, st)
 	return ok
 }
 

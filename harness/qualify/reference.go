@@ -48,7 +48,7 @@ func (r *referenceOutputs) compare(ctx context.Context, key string, got []*image
 	}
 	want, err := decodeAll(ctx, filepath.Join(r.dir, key+extension(w)), w)
 	if err != nil {
-		return fmt.Errorf("check reference-output: %s: %w", key, err)
+		return check.Fail("reference-output", "%s: %w", key, err)
 	}
 	s, err := check.ReferenceOutput(got, want, r.c)
 	if !math.IsNaN(s) && (err == nil || s != 0) {

@@ -64,7 +64,7 @@ func Serve(c *Case) (*Served, string, error) {
 	}
 	served, err := s.API.Models(c.ctx)
 	if err != nil {
-		return nil, "", fmt.Errorf("check reconcile: %w", err)
+		return nil, "", check.Fail("reconcile", "%w", err)
 	}
 	lookup := c.Config.Lookup
 	if lookup == nil {
@@ -106,7 +106,7 @@ func (c *Case) launch() (*Served, string, error) {
 	s := &Served{Profile: wire.Mediaserve, artifactDir: filepath.Join(c.Dir, "artifacts"), ledgerPath: filepath.Join(c.Dir, "ledger.jsonl")}
 	layout, err := c.layout()
 	if err != nil {
-		return nil, "", fmt.Errorf("check launch: %w", err)
+		return nil, "", check.Fail("launch", "%w", err)
 	}
 	cfg := launch.Config{
 		Binary: c.Config.Mediaserve, URLFromStdout: true, Dir: c.Dir, GPUs: c.Config.GPUs, Env: []string{c.rootEnv()},
@@ -116,7 +116,7 @@ func (c *Case) launch() (*Served, string, error) {
 	c.pollHold = pollHold
 	timeout, from, err := bundle.LoadTimeout(c.Entry)
 	if err != nil {
-		return nil, "", fmt.Errorf("check launch: %w", err)
+		return nil, "", check.Fail("launch", "%w", err)
 	}
 	// The worker's own load timeout ends first and names the row; readiness waits a minute more
 	// for the process around it.
@@ -131,7 +131,7 @@ func (c *Case) launch() (*Served, string, error) {
 	start := time.Now()
 	srv, err := launch.Launch(cfg)
 	if err != nil {
-		return nil, "", fmt.Errorf("check launch: %w\n%s", err, bundle.RaiseHint(timeout, from))
+		return nil, "", check.Fail("launch", "%w\n%s", err, bundle.RaiseHint(timeout, from))
 	}
 	c.Row.Load = &reports.Load{ReadyS: time.Since(start).Seconds(), TimeoutS: timeout.Seconds(), From: from}
 	c.T.Cleanup(func() { _ = srv.Stop() })
@@ -149,13 +149,13 @@ func (c *Case) endpoint() (*Served, string, error) {
 	s := &Served{URL: url, Profile: p, External: true, API: &client.Client{BaseURL: url, APIKey: t.APIKey, PollEvery: pollEvery, HTTP: c.httpClient(), Profile: p}}
 	c.Row.Mode = "external endpoint (" + p.Name + " wire profile), not launched by the suite"
 	if c.Config.Fault != "" {
-		return nil, "", fmt.Errorf("check launch: %s=%s needs a launched mediaserve, not an endpoint", EnvFault, c.Config.Fault)
+		return nil, "", check.Fail("launch", "%s=%s needs a launched mediaserve, not an endpoint", EnvFault, c.Config.Fault)
 	}
 	// A request no server can accept: no model, no prompt. Its answer shows the error shape.
 	method, path := p.Path(p.CreateVideo, "")
 	step, err := s.exchange(c.ctx, "error", method, path, map[string]string{"mediaqual_probe": "1"})
 	if err != nil {
-		return nil, "", fmt.Errorf("check endpoint: %w", err)
+		return nil, "", check.Fail("endpoint", "%w", err)
 	}
 	if step.Response.Status < 400 {
 		c.findings = append(c.findings, wire.Finding{Name: "invalid-request-accepted",

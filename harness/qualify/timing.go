@@ -39,7 +39,7 @@ func Timing(c *Case, a Artifacts) (string, error) {
 		}
 		if s.TaskMS <= 0 {
 			if !c.Config.Target.External() {
-				return "", fmt.Errorf("check task-wall: request %s: the server reported no Task-call wall", s.RequestID)
+				return "", check.Fail("task-wall", "request %s: the server reported no Task-call wall", s.RequestID)
 			}
 			untimed++
 		}
@@ -61,7 +61,7 @@ func Timing(c *Case, a Artifacts) (string, error) {
 	if b := c.Entry.MaxOverheadMS; b > 0 && timed {
 		for i, s := range measured {
 			if over[i] > b {
-				return "", fmt.Errorf("check timing-overhead: request %s took %.0f ms end to end for a %.0f ms Task: %.0f ms of serving overhead, budget %.0f ms",
+				return "", check.Fail("timing-overhead", "request %s took %.0f ms end to end for a %.0f ms Task: %.0f ms of serving overhead, budget %.0f ms",
 					s.RequestID, s.LatencyMS, s.TaskMS, over[i], b)
 			}
 		}
