@@ -85,6 +85,9 @@ class ReferenceTest(unittest.TestCase):
             Image.frombytes("RGB", (3, 2), bytes(range(18))).save(path, format="PNG")
             im = pw.open_reference(path)
             self.assertEqual((im.mode, im.size, im.tobytes()), ("RGB", (3, 2), bytes(range(18))))
+            Image.frombytes("RGBA", (3, 2), bytes(range(24))).save(path, format="PNG")
+            im = pw.open_reference(path)  # alpha dropped, as convert("RGB") drops it
+            self.assertEqual((im.mode, im.tobytes()), ("RGB", bytes(b for i, b in enumerate(range(24)) if i % 4 != 3)))
             with open(path, "wb") as f:
                 f.write(b"\x89PNG\r\n\x1a\n not really")
             with self.assertRaises(OSError):
