@@ -162,29 +162,31 @@ func (r *Row) Earn() {
 	}
 }
 
-// Published reads the rows of every published run (dir/*/results.json).
-func Published(dir string) ([]Row, []string, error) {
+// Published reads the rows of every published run (dir/*/results.json). A run whose
+// results.json cannot be read or parsed is skipped, and named in skipped with its error, so
+// that one malformed folder costs only its own rows, never another's; err is for dir itself.
+func Published(dir string) (rows []Row, from []string, skipped []string, err error) {
 	files, err := filepath.Glob(filepath.Join(dir, "*", "results.json"))
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	var rows []Row
-	var from []string
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
-			return nil, nil, err
+			skipped = append(skipped, err.Error())
+			continue
 		}
 		var rep Report
 		if err := json.Unmarshal(b, &rep); err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", f, err)
+			skipped = append(skipped, fmt.Sprintf("%s: %v", f, err))
+			continue
 		}
 		for _, r := range rep.Rows {
 			rows = append(rows, r)
 			from = append(from, f)
 		}
 	}
-	return rows, from, nil
+	return rows, from, skipped, nil
 }
 
 // Label says what a row may be presented as, from its profile.
