@@ -236,7 +236,7 @@ def pipeline_kwargs(settings, generator_for, g=RELEASED):
         # Tensors stay on the device: the backend quantizes them there (pyworker to_rgb24), so
         # only uint8 crosses to the host. With "np" the frames reached the host as 1.5 GB of
         # float32 and the worker quantized them there; the hand-over at the pinned shape was
-        # 3.06 s on the H200 (reports/published/minimax-h3-L0-random-h200-native).
+        # 3.06 s on the H200 (reports/published/minimax-h3-L0-random-single-native).
         "output_type": "pt",
     }
 

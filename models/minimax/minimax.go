@@ -48,7 +48,7 @@ func Entries() []spec.Entry {
 		// parameters in memory at load, as the lent machine's 64 GB disk cannot hold them.
 		// On one GPU the text encoder waits in host memory between encodings: 68 GiB resident,
 		// a 130.2 GiB peak while it encodes a prompt beside the transformer (measured on an H200,
-		// reports/published/minimax-h3-L0-random-h200-native).
+		// reports/published/minimax-h3-L0-random-single-native).
 		Status: spec.Planned,
 		Note:   "native adapter runs on one H200 with in-memory L0-random weights (one native Task, 332 s); multi-GPU layouts and real weights not yet run",
 		Bundle: "MiniMaxAI/MiniMax-H3", GPU: &spec.GPUNeeds{Count: 1, MemoryGB: 140},

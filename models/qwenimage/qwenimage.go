@@ -29,7 +29,7 @@ func Entries() []spec.Entry {
 			// regional-compile-fused: the block compiled with the family's fused kernels
 			// (fused.py: q/k norms and RoPE in one kernel, the GELU in its matmul). On the H200
 			// regional-compile denoised at 604.8 ms a step against eager's 772.7
-			// (reports/published/qwen-image-edit-2511-L0-random-h200-regional-compile), the fused
+			// (reports/published/qwen-image-edit-2511-L0-random-h200-regional-compile, commit d55b5eb), the fused
 			// kernels at 576.8-579.2 against 600.3-601.8 in one call (docs/PERFORMANCE.md). No
 			// CUDA graph: the transformer copies a host list to the device inside its forward.
 			// `mediaserve -engine eager` serves eager. The warm-up before "ready" runs true CFG,
