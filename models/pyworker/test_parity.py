@@ -97,6 +97,37 @@ class PrepareTest(unittest.TestCase):
         b.l0_random = True
         self.assertEqual(b.ready_info()["parity"], p, "ready carries the figures")
 
+    def test_a_compiled_engine_runs_other_shapes_eagerly(self):
+        """regional-compile, warmed at the pinned shape: parity passes, and afterwards a shape
+        the warm-up did not compile runs eagerly (no new graph, eager's bytes exactly) while the
+        pinned shape keeps its compiled bytes. Without keep_compiled_shapes dynamo compiles a
+        new (dynamic) graph for the other shape, which can then serve the pinned one too."""
+        torch = self.torch
+        import sys
+
+        from torch._dynamo.utils import counters
+
+        tiny = sys.modules["tiny_wan_parallel"]
+        b = self.Tiny(1.0)
+        del self.Tiny.apply_engine  # the real engine for this test: compile_repeated_blocks
+        self.addCleanup(torch.compiler.set_stance, "default")
+        b.prepare(b.pipe, None, "regional-compile", 2)
+        self.assertTrue(b.parity["passed"], b.parity)
+        pinned = lambda: tiny.call_kwargs(tiny.SHAPE)  # noqa: E731 (fresh kwargs: each has its seeded generator)
+        other = lambda: tiny.call_kwargs({"height": 48, "width": 32, "num_frames": 5})  # noqa: E731
+        with torch.inference_mode():
+            first = b.pipe(**pinned()).frames[0]
+            graphs = counters["stats"]["unique_graphs"]
+            got = b.pipe(**other()).frames[0]
+            self.assertEqual(counters["stats"]["unique_graphs"], graphs, "nothing compiled for the other shape")
+            again = b.pipe(**pinned()).frames[0]
+            with torch.compiler.set_stance("force_eager"):
+                eager = b.pipe(**other()).frames[0]
+                self.assertFalse(torch.equal(first, b.pipe(**pinned()).frames[0]),
+                                 "the pinned shape runs compiled (other bytes than eager's)")
+        self.assertTrue(torch.equal(first, again), "the pinned shape's bytes after another shape")
+        self.assertTrue(torch.equal(got, eager), "the other shape ran eagerly")
+
     def test_the_fp32_floor_leaves_the_weights_as_they_were(self):
         torch = self.torch
         b = self.Tiny(1.0)

@@ -545,10 +545,24 @@ class TorchBackend:
         self.apply_engine(pipe, engine)
         if warmup_steps > 0:
             self.warmup(warmup_steps)
+        if self.engine and self.engine.startswith("regional-compile"):
+            self.keep_compiled_shapes()
         served = step("served (engine %s, layout %s)" % (self.engine, layout or "single"))
         self.parity = parity.figures(reference, served, fp32, why)
         self.log(parity.summary(self.parity))
         parity.verdict(self.parity, self.engine, layout)
+
+    def keep_compiled_shapes(self):
+        """After a compiling engine's warm-up: what the warm-up compiled is what runs compiled,
+        and any other shape runs eagerly instead of compiling (torch.compiler.set_stance
+        "eager_on_recompile"). Left to dynamo's default, a second shape recompiles the blocks
+        with dynamic sizes, and that entry then also serves the pinned shape with other
+        kernels: a request's bytes would depend on what the process served before (seen on
+        the H200, issue #26), and the recompile would run inside a timed job. Now the bytes of
+        a request are a function of the request: compiled kernels for the warmed shapes,
+        eager ones for the rest."""
+        self.torch.compiler.set_stance("eager_on_recompile")
+        self.log("compiled shapes kept: a shape the warm-up did not compile runs eagerly")
 
     def warmup(self, steps):
         """One call of warmup_kwargs(steps) before "ready", so that CUDA/cuBLAS set-up and a
