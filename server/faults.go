@@ -41,6 +41,7 @@ var Faults = map[string]string{
 	"exit-nonzero":        "the server exits with status 1 after a clean shutdown",
 	"actual-differs":      "the Task runs half the asked num_inference_steps and the server says so in actual (its own actual guard bypassed)",
 	"actual-unasked":      "edits report a num_frames and fps in actual, settings an edit is never asked",
+	"history-bytes":       "once a job of a second shape was served, every later output has one pixel changed (a runtime whose bytes depend on what it served before)",
 }
 
 // FaultNames lists the faults, sorted.
@@ -60,6 +61,7 @@ type fault struct {
 	jobs       atomic.Int64
 	polled     sync.Map // job id -> struct{}: for poll-500, which fails only the first poll
 	downloaded sync.Map // job id -> struct{}: for refetch-fails
+	shapes     sync.Map // output and reference sizes served: for history-bytes
 }
 
 func newFault(name string) (*fault, error) {
@@ -161,6 +163,19 @@ func (f *fault) frames(v spec.Video, req spec.Request) spec.Video {
 			pix[rand.IntN(len(pix)/3)*3] = uint8(rand.IntN(256))
 		}
 		v.Pix = pix
+	case f.is("history-bytes"):
+		shape := fmt.Sprintf("%dx%d", v.W, v.H)
+		if req.Reference != nil {
+			shape += fmt.Sprintf(" from %dx%d", req.Reference.Bounds().Dx(), req.Reference.Bounds().Dy())
+		}
+		f.shapes.Store(shape, struct{}{})
+		n := 0
+		f.shapes.Range(func(any, any) bool { n++; return true })
+		if n > 1 {
+			pix := append([]byte(nil), v.Pix...)
+			pix[0] ^= 0x80
+			v.Pix = pix
+		}
 	case f.is("edit-unchanged") && req.Reference != nil && v.N == 1:
 		img := image.NewRGBA(image.Rect(0, 0, v.W, v.H))
 		draw.Draw(img, img.Rect, req.Reference, req.Reference.Bounds().Min, draw.Src)

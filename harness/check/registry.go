@@ -23,6 +23,7 @@ var Registry = []Info{
 	{"launch", []string{"serve"}},
 	{"endpoint", []string{"serve"}},
 	{"reconcile", []string{"serve"}},
+	{"shape-probe", []string{"aiperf"}},
 	{"aiperf-install", []string{"aiperf"}},
 	{"aiperf-version", []string{"aiperf"}},
 	{"aiperf-accounting", []string{"aiperf"}},

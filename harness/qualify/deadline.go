@@ -64,7 +64,7 @@ func CaseDeadline(e spec.Entry, cfg Config, inputs int) (time.Duration, string) 
 	}
 	req, _ := RequestDeadline(e, cfg)
 	warmup, measured := cfg.plan(inputs)
-	requests := time.Duration(inputs + warmup + measured + 2)
+	requests := time.Duration(inputs + warmup + measured + 3) // + the shape probe and two influence probes
 	return 2*(load+time.Minute) + requests*req + caseMargin, fmt.Sprintf("two loads, %d requests at the request deadline and %s; %s overrides", requests, caseMargin, EnvCaseTimeout)
 }
 

@@ -56,6 +56,7 @@ type Case struct {
 	steps     []wire.Step    // an endpoint's answers, assessed against the contract at the end
 	findings  []wire.Finding // departures seen outside those steps
 	pollHold  time.Duration  // a launched mediaserve's -poll-hold
+	own       []string       // X-Request-IDs of the suite's own requests before AIPerf's (the shape probe)
 }
 
 // NotCompared is a stage that could not establish anything: it is reported as not run (never
@@ -140,7 +141,13 @@ func (c *Case) runStages() {
 		case stages.Serve:
 			fn = func() (s string, err error) { served, s, err = Serve(c); return }
 		case stages.AIPerf:
-			fn = func() (s string, err error) { run, s, err = AIPerf(c, served); return }
+			fn = func() (s string, err error) {
+				// The shape probe first; its failure does not keep AIPerf from running, so
+				// that a server failing every job is still held to AIPerf's accounting.
+				probe, perr := c.shapeProbe(served)
+				run, s, err = AIPerf(c, served)
+				return s + probe, errors.Join(perr, err)
+			}
 		case stages.Artifacts:
 			fn = func() (s string, err error) { arts, s, err = FetchArtifacts(c, served, native, run); return }
 		case stages.Identity:

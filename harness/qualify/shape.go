@@ -1,0 +1,86 @@
+package qualify
+
+import (
+	"context"
+	"fmt"
+
+	"mediaqual/fixtures"
+	"mediaqual/harness/check"
+	"mediaqual/models/spec"
+)
+
+// shapeProbe is the aiperf stage's first step: one request of another shape than the pinned
+// inputs' before AIPerf sends them, so that the served path has seen a second shape when
+// identity compares it with the native path (which never has). A runtime whose bytes depend on
+// what it served before (a compiled engine that recompiled for the other shape and then served
+// the pinned one with the new kernels, issue #26) then fails identity. A video row asks for
+// another size it offers; an edit row sends its first reference at another aspect ratio (the
+// output size stays the pinned one). The request must complete with the settings asked; its
+// request id is the suite's own, which the aiperf stage's accounting does not hold against
+// the server. Returns what it did, for the stage's message.
+func (c *Case) shapeProbe(s *Served) (string, error) {
+	if s == nil {
+		return "", nil // the serve stage failed; the aiperf stage says so
+	}
+	items, err := c.items()
+	if err != nil {
+		return "", err
+	}
+	it := items[0]
+	id := casePrefix(c.Entry.ID) + "-shape-probe"
+	ctx, cancel := context.WithTimeout(c.ctx, c.requestDeadline())
+	defer cancel()
+	if c.Entry.Workload == spec.TextToVideo {
+		size, ok := otherSize(c.Entry)
+		if !ok {
+			return "; no shape probe (the row offers one size)", nil
+		}
+		st := c.Entry.Defaults
+		st.Size = size
+		fields := st.Fields(c.Entry.Controls, c.Entry.Workload)
+		fields["model"], fields["prompt"] = c.Entry.ID, it.fields["prompt"]
+		c.own = append(c.own, id)
+		v, err := s.API.CreateVideo(ctx, fields, id)
+		if err != nil {
+			return "", check.Fail("shape-probe", "%s at %s: %w", id, size, err)
+		}
+		done, _, err := s.API.WaitVideo(ctx, v.ID)
+		if err != nil {
+			return "", check.Fail("shape-probe", "%s at %s: %w", id, size, err)
+		}
+		if done.Status != "completed" {
+			return "", check.Fail("shape-probe", "%s at %s ended %s: %v", id, size, done.Status, done.Error)
+		}
+		if err := check.Settings(asked(c.Entry, st), done.Actual); err != nil {
+			return "", err
+		}
+		if err := s.API.DeleteVideo(ctx, v.ID); err != nil {
+			return "", check.Fail("shape-probe", "deleting %s: %w", v.ID, err)
+		}
+		return fmt.Sprintf("; shape probe: one %s clip before the pinned inputs", size), nil
+	}
+	w, h := c.Entry.Defaults.Size.W, c.Entry.Defaults.Size.H
+	rh := h * 9 / 16 / 16 * 16 // a 16:9 reference of the pinned width (a multiple of 16 rows)
+	set, err := fixtures.Load(c.Entry.Fixtures)
+	if err != nil || len(set.Edits) == 0 {
+		return "", fmt.Errorf("shape probe: the edit fixture set %s: %v", c.Entry.Fixtures, err)
+	}
+	if it.ref, err = fixtures.Image(set.Edits[0].Image, w, rh); err != nil {
+		return "", err
+	}
+	c.own = append(c.own, id)
+	if _, err := c.edit(s, it, id); err != nil {
+		return "", check.Fail("shape-probe", "%s with a %dx%d reference: %w", id, w, rh, err)
+	}
+	return fmt.Sprintf("; shape probe: one edit of a %dx%d reference before the pinned inputs", w, rh), nil
+}
+
+// otherSize is the first size e offers other than its pinned one.
+func otherSize(e spec.Entry) (spec.Size, bool) {
+	for _, s := range e.Controls.Sizes {
+		if s != e.Defaults.Size {
+			return s, true
+		}
+	}
+	return spec.Size{}, false
+}
