@@ -15,11 +15,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"mediaqual/harness/check"
-	qual "mediaqual/harness/qualify"
-	"mediaqual/internal/casegen"
-	"mediaqual/reports"
-	"mediaqual/server"
+	"github.com/mediaqual/mediaqual/harness/check"
+	qual "github.com/mediaqual/mediaqual/harness/qualify"
+	"github.com/mediaqual/mediaqual/internal/casegen"
+	"github.com/mediaqual/mediaqual/reports"
+	"github.com/mediaqual/mediaqual/server"
 )
 
 // faultCases pairs every injectable fault with the checkpoint it is tried on and the check

@@ -1,4 +1,4 @@
-module mediaqual
+module github.com/mediaqual/mediaqual
 
 go 1.26.0
 

@@ -18,9 +18,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	qual "mediaqual/harness/qualify"
-	"mediaqual/internal/casegen"
-	"mediaqual/reports"
+	qual "github.com/mediaqual/mediaqual/harness/qualify"
+	"github.com/mediaqual/mediaqual/internal/casegen"
+	"github.com/mediaqual/mediaqual/reports"
 )
 
 // TestInterruptedRunLeavesOneReport is Ctrl-C during a qualification: a child run of two rows

@@ -22,11 +22,11 @@ import (
 	"testing"
 	"time"
 
-	"mediaqual/harness/launch"
-	qual "mediaqual/harness/qualify"
-	"mediaqual/internal/casegen"
-	"mediaqual/models"
-	"mediaqual/reports"
+	"github.com/mediaqual/mediaqual/harness/launch"
+	qual "github.com/mediaqual/mediaqual/harness/qualify"
+	"github.com/mediaqual/mediaqual/internal/casegen"
+	"github.com/mediaqual/mediaqual/models"
+	"github.com/mediaqual/mediaqual/reports"
 )
 
 var (

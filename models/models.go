@@ -5,11 +5,11 @@ package models
 import (
 	"fmt"
 
-	"mediaqual/models/minimax"
-	"mediaqual/models/qwenimage"
-	"mediaqual/models/reference"
-	"mediaqual/models/spec"
-	"mediaqual/models/wan"
+	"github.com/mediaqual/mediaqual/models/minimax"
+	"github.com/mediaqual/mediaqual/models/qwenimage"
+	"github.com/mediaqual/mediaqual/models/reference"
+	"github.com/mediaqual/mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/models/wan"
 )
 
 // Inventory returns every row in a stable order: reference families first, then the seed

@@ -8,9 +8,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"mediaqual/fixtures"
-	"mediaqual/models"
-	"mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/fixtures"
+	"github.com/mediaqual/mediaqual/models"
+	"github.com/mediaqual/mediaqual/models/spec"
 )
 
 func TestInventoryRowsAreComplete(t *testing.T) {

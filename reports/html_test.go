@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/models/spec"
 )
 
 // hue is a saturated colour, h in [0, 1).

@@ -13,7 +13,7 @@ import (
 	"sort"
 	"strings"
 
-	"mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/models/spec"
 )
 
 // Merge combines the reports of shards (runs of parts of the suite) into one: every shard's

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/models/spec"
 )
 
 // Outcomes of a row.

@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"strings"
 
-	"mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/models/spec"
 )
 
 // What Markdown and HTML both show, computed once so the two never disagree.

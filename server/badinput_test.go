@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"mediaqual/server"
+	"github.com/mediaqual/mediaqual/server"
 )
 
 // payload is a request body and its Content-Type.

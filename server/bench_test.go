@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"mediaqual/fixtures"
-	"mediaqual/models/spec"
-	"mediaqual/server"
+	"github.com/mediaqual/mediaqual/fixtures"
+	"github.com/mediaqual/mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/server"
 )
 
 // The overhead benchmarks use a Task of fixed duration, so everything above it is the

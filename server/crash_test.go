@@ -18,10 +18,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"mediaqual/internal/proctest"
-	"mediaqual/models/spec"
-	"mediaqual/server"
-	"mediaqual/server/worker"
+	"github.com/mediaqual/mediaqual/internal/proctest"
+	"github.com/mediaqual/mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/server"
+	"github.com/mediaqual/mediaqual/server/worker"
 )
 
 // waitRunning polls until job id is in_progress with at least minProgress percent done, so a
@@ -185,7 +185,7 @@ func TestMediaserveKill9AndRestart(t *testing.T) {
 	}
 	tmp := t.TempDir()
 	bin := filepath.Join(tmp, "mediaserve")
-	build := exec.Command(goTool(t), "build", "-o", bin, "mediaqual/cmd/mediaserve")
+	build := exec.Command(goTool(t), "build", "-o", bin, "github.com/mediaqual/mediaqual/cmd/mediaserve")
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "go build: %s", out)
 	dir, ledger := filepath.Join(tmp, "artifacts"), filepath.Join(tmp, "ledger.jsonl")

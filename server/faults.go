@@ -13,7 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/models/spec"
 )
 
 // Faults are deliberately broken behaviours, each switched on with `mediaserve -fault NAME`,

@@ -22,9 +22,9 @@ import (
 	"testing"
 	"time"
 
-	"mediaqual/models/reference"
-	"mediaqual/models/spec"
-	"mediaqual/server"
+	"github.com/mediaqual/mediaqual/models/reference"
+	"github.com/mediaqual/mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/server"
 )
 
 // fuzzServer serves the reference checkpoints' controls without their cost: ref-t2v's Task

@@ -17,7 +17,7 @@ import (
 	"strings"
 	"time"
 
-	"mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/models/spec"
 )
 
 // requestInfo is what a job keeps of the HTTP request that created it.

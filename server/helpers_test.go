@@ -16,11 +16,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"mediaqual/internal/proctest"
-	"mediaqual/models/reference"
-	"mediaqual/models/spec"
-	"mediaqual/server"
-	"mediaqual/server/encode"
+	"github.com/mediaqual/mediaqual/internal/proctest"
+	"github.com/mediaqual/mediaqual/models/reference"
+	"github.com/mediaqual/mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/server"
+	"github.com/mediaqual/mediaqual/server/encode"
 )
 
 // fakeTask produces exactly what was asked, optionally after a fixed delay or a gate, so tests

@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/models/spec"
 )
 
 // lane serves one model from a bounded queue: each of its Tasks (one per lane index, on devices

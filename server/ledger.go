@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/models/spec"
 )
 
 // LedgerEntry is one line of the request ledger. Every accepted job gets exactly one terminal

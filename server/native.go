@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"os"
 
-	"mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/models/spec"
 )
 
 // DefaultMaxPixels bounds reference images on every path.

@@ -13,8 +13,8 @@ import (
 	"path/filepath"
 	"time"
 
-	"mediaqual/models/spec"
-	"mediaqual/server/encode"
+	"github.com/mediaqual/mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/server/encode"
 )
 
 // Product is one finished generation: the encoded artifact and what was really produced.

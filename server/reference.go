@@ -8,7 +8,7 @@ import (
 
 	_ "golang.org/x/image/webp" // and WebP, as OpenAI's edit API allows
 
-	"mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/models/spec"
 )
 
 // An edit's reference. The request checks only the upload's header and size (checkReference:

@@ -10,7 +10,7 @@ import (
 	"os"
 	"testing"
 
-	"mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/models/spec"
 )
 
 // FuzzReference runs an upload through what the edit route and its lane do with it (the header

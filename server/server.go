@@ -19,7 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/models/spec"
 )
 
 // Model is one served checkpoint and the Task that runs it.

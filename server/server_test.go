@@ -23,10 +23,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"mediaqual/fixtures"
-	"mediaqual/harness/media"
-	"mediaqual/models/spec"
-	"mediaqual/server"
+	"github.com/mediaqual/mediaqual/fixtures"
+	"github.com/mediaqual/mediaqual/harness/media"
+	"github.com/mediaqual/mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/server"
 )
 
 func TestHealthReadyModelsAndRequestID(t *testing.T) {

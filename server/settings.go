@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/models/spec"
 )
 
 // Generation fields each workload accepts. Route-level fields (model, n, response_format,

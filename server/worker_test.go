@@ -19,11 +19,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"mediaqual/internal/proctest"
-	"mediaqual/models/spec"
-	"mediaqual/server"
-	"mediaqual/server/worker"
-	"mediaqual/server/worker/workertest"
+	"github.com/mediaqual/mediaqual/internal/proctest"
+	"github.com/mediaqual/mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/server"
+	"github.com/mediaqual/mediaqual/server/worker"
+	"github.com/mediaqual/mediaqual/server/worker/workertest"
 )
 
 // TestMain lets this test binary double as a worker (see workertest): a lane started with

@@ -18,8 +18,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"mediaqual/models"
-	"mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/models"
+	"github.com/mediaqual/mediaqual/models/spec"
 )
 
 // runCLI runs mediaserve with args and returns its exit status and what it wrote to stderr.

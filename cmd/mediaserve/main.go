@@ -16,11 +16,11 @@ import (
 	"syscall"
 	"time"
 
-	"mediaqual/models"
-	"mediaqual/models/bundle"
-	"mediaqual/models/spec"
-	"mediaqual/server"
-	"mediaqual/server/worker"
+	"github.com/mediaqual/mediaqual/models"
+	"github.com/mediaqual/mediaqual/models/bundle"
+	"github.com/mediaqual/mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/server"
+	"github.com/mediaqual/mediaqual/server/worker"
 )
 
 func main() {

@@ -14,8 +14,8 @@ import (
 	"strings"
 	"time"
 
-	"mediaqual/models/spec"
-	"mediaqual/server"
+	"github.com/mediaqual/mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/server"
 )
 
 // serveOpts are serve's flags.

@@ -12,10 +12,10 @@ import (
 	"strings"
 	"time"
 
-	"mediaqual/internal/jsonl"
-	"mediaqual/models"
-	"mediaqual/models/spec"
-	"mediaqual/server"
+	"github.com/mediaqual/mediaqual/internal/jsonl"
+	"github.com/mediaqual/mediaqual/models"
+	"github.com/mediaqual/mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/server"
 )
 
 // taskJob is one native Task: its request fields (HTTP names), an optional reference image

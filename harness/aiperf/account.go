@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"mediaqual/harness/ledger"
+	"github.com/mediaqual/mediaqual/harness/ledger"
 )
 
 // Account is the stage's verdict on a run: nil when every request completed and maps to

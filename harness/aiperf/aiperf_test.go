@@ -13,11 +13,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"mediaqual/fixtures"
-	"mediaqual/harness/aiperf"
-	"mediaqual/harness/ledger"
-	"mediaqual/models/spec"
-	"mediaqual/server"
+	"github.com/mediaqual/mediaqual/fixtures"
+	"github.com/mediaqual/mediaqual/harness/aiperf"
+	"github.com/mediaqual/mediaqual/harness/ledger"
+	"github.com/mediaqual/mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/server"
 )
 
 // flakyTask fails jobs whose prompt says "fail", never finishes those that say "hang", and

@@ -7,7 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"mediaqual/internal/jsonl"
+	"github.com/mediaqual/mediaqual/internal/jsonl"
 )
 
 // Phases of a record.

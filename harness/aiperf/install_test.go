@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"mediaqual/harness/aiperf"
+	"github.com/mediaqual/mediaqual/harness/aiperf"
 )
 
 // fakeVenv makes a venv whose python answers every question with out.

@@ -5,7 +5,7 @@ import (
 	"sort"
 	"strings"
 
-	"mediaqual/harness/ledger"
+	"github.com/mediaqual/mediaqual/harness/ledger"
 )
 
 // Outcomes of an accounted request.

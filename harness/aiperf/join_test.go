@@ -5,8 +5,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
-	"mediaqual/harness/api"
-	"mediaqual/harness/ledger"
+	"github.com/mediaqual/mediaqual/harness/api"
+	"github.com/mediaqual/mediaqual/harness/ledger"
 )
 
 func raw(id, phase, job string, err *ErrorDetails) RawRecord {

@@ -7,8 +7,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"mediaqual/harness/api"
-	"mediaqual/harness/ledger"
+	"github.com/mediaqual/mediaqual/harness/api"
+	"github.com/mediaqual/mediaqual/harness/ledger"
 )
 
 // A completed video object and a ledger line as docs/API.md shows them.

@@ -14,10 +14,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"mediaqual/harness/api"
-	"mediaqual/harness/check"
-	"mediaqual/harness/launch"
-	"mediaqual/harness/ledger"
+	"github.com/mediaqual/mediaqual/harness/api"
+	"github.com/mediaqual/mediaqual/harness/check"
+	"github.com/mediaqual/mediaqual/harness/launch"
+	"github.com/mediaqual/mediaqual/harness/ledger"
 )
 
 // TestContract starts the real mediaserve and decodes what it answers and what it writes to

@@ -10,12 +10,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"mediaqual/harness/api"
-	"mediaqual/harness/ledger"
-	"mediaqual/internal/proctest"
-	"mediaqual/models/reference"
-	"mediaqual/models/spec"
-	"mediaqual/server"
+	"github.com/mediaqual/mediaqual/harness/api"
+	"github.com/mediaqual/mediaqual/harness/ledger"
+	"github.com/mediaqual/mediaqual/internal/proctest"
+	"github.com/mediaqual/mediaqual/models/reference"
+	"github.com/mediaqual/mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/server"
 )
 
 // layoutTask is a reference Task that says it ran layout, as a worker told --layout does.

@@ -11,10 +11,10 @@ import (
 	"slices"
 	"strings"
 
-	"mediaqual/harness/media"
-	"mediaqual/internal/resize"
-	"mediaqual/models/bundle"
-	"mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/harness/media"
+	"github.com/mediaqual/mediaqual/internal/resize"
+	"github.com/mediaqual/mediaqual/models/bundle"
+	"github.com/mediaqual/mediaqual/models/spec"
 )
 
 // Failure is a failed check: the one way a check's failure is made (Fail), so that its name

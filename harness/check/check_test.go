@@ -13,9 +13,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"mediaqual/harness/check"
-	"mediaqual/harness/media"
-	"mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/harness/check"
+	"github.com/mediaqual/mediaqual/harness/media"
+	"github.com/mediaqual/mediaqual/models/spec"
 )
 
 // Every check is shown passing on a good input and failing, under its own name, on an input

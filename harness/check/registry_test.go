@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"mediaqual/harness/check"
+	"github.com/mediaqual/mediaqual/harness/check"
 )
 
 var backticked = regexp.MustCompile("`([a-z0-9-]+)`")

@@ -8,10 +8,10 @@ import (
 	"net/http"
 	"os"
 
-	"mediaqual/harness/aiperf"
-	"mediaqual/harness/client"
-	"mediaqual/harness/media"
-	"mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/harness/aiperf"
+	"github.com/mediaqual/mediaqual/harness/client"
+	"github.com/mediaqual/mediaqual/harness/media"
+	"github.com/mediaqual/mediaqual/models/spec"
 )
 
 // The checks of a run's mechanics: goldens, the AIPerf run, responses, delete and the encoder.

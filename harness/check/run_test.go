@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"mediaqual/harness/aiperf"
-	"mediaqual/harness/client"
-	"mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/harness/aiperf"
+	"github.com/mediaqual/mediaqual/harness/client"
+	"github.com/mediaqual/mediaqual/models/spec"
 )
 
 func TestAIPerfRunChecksCatchBrokenRuns(t *testing.T) {

@@ -6,8 +6,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"mediaqual/harness/api"
-	"mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/harness/api"
+	"github.com/mediaqual/mediaqual/models/spec"
 )
 
 // Declaration is what a served model and its inventory row must agree on.

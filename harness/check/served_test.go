@@ -8,9 +8,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"mediaqual/harness/api"
-	"mediaqual/harness/check"
-	"mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/harness/api"
+	"github.com/mediaqual/mediaqual/harness/check"
+	"github.com/mediaqual/mediaqual/models/spec"
 )
 
 // cmp.Diff's layout is deliberately unstable, so the tests look for field names and values,

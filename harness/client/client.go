@@ -25,8 +25,8 @@ import (
 	"strings"
 	"time"
 
-	"mediaqual/harness/api"
-	"mediaqual/harness/wire"
+	"github.com/mediaqual/mediaqual/harness/api"
+	"github.com/mediaqual/mediaqual/harness/wire"
 )
 
 // DefaultPollEvery is WaitVideo's cadence when Client.PollEvery is zero.

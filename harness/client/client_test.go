@@ -22,7 +22,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"mediaqual/harness/api"
+	"github.com/mediaqual/mediaqual/harness/api"
 )
 
 // fakeAPI is an httptest server speaking enough of docs/API.md to exercise the client. A job

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"mediaqual/harness/wire"
+	"github.com/mediaqual/mediaqual/harness/wire"
 )
 
 // A server on other routes, taking only JSON on create, is spoken to through its profile: every

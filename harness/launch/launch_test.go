@@ -19,7 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"mediaqual/internal/proctest"
+	"github.com/mediaqual/mediaqual/internal/proctest"
 )
 
 // recorder is a testing.TB that records Fatalf and Errorf instead of failing the test, so the

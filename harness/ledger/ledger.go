@@ -6,8 +6,8 @@ package ledger
 import (
 	"time"
 
-	"mediaqual/harness/api"
-	"mediaqual/internal/jsonl"
+	"github.com/mediaqual/mediaqual/harness/api"
+	"github.com/mediaqual/mediaqual/internal/jsonl"
 )
 
 // Entry is one ledger line.

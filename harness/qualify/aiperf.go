@@ -15,13 +15,13 @@ import (
 	"sync"
 	"time"
 
-	"mediaqual/fixtures"
-	"mediaqual/harness/aiperf"
-	"mediaqual/harness/api"
-	"mediaqual/harness/check"
-	"mediaqual/harness/ledger"
-	"mediaqual/harness/wire"
-	"mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/fixtures"
+	"github.com/mediaqual/mediaqual/harness/aiperf"
+	"github.com/mediaqual/mediaqual/harness/api"
+	"github.com/mediaqual/mediaqual/harness/check"
+	"github.com/mediaqual/mediaqual/harness/ledger"
+	"github.com/mediaqual/mediaqual/harness/wire"
+	"github.com/mediaqual/mediaqual/models/spec"
 )
 
 // aiperfPoll is the stated polling cadence of AIPerf's video client in every run.

@@ -9,9 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 
-	"mediaqual/harness/check"
-	"mediaqual/harness/media"
-	"mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/harness/check"
+	"github.com/mediaqual/mediaqual/harness/media"
+	"github.com/mediaqual/mediaqual/models/spec"
 )
 
 // Artifacts is what the artifacts stage established: each request of the AIPerf run with its

@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"os"
 
-	"mediaqual/harness/check"
-	"mediaqual/harness/client"
-	"mediaqual/harness/wire"
-	"mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/harness/check"
+	"github.com/mediaqual/mediaqual/harness/client"
+	"github.com/mediaqual/mediaqual/harness/wire"
+	"github.com/mediaqual/mediaqual/models/spec"
 )
 
 // Cleanup is the stage "cleanup": every job of the run deleted, each answering 404 after; a

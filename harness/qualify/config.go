@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"time"
 
-	"mediaqual/harness/wire"
-	"mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/harness/wire"
+	"github.com/mediaqual/mediaqual/models/spec"
 )
 
 // Config is everything a qualification reads from its environment, read once (FromEnv) and

@@ -15,12 +15,12 @@ import (
 	"strconv"
 	"strings"
 
-	"mediaqual/fixtures"
-	"mediaqual/harness/api"
-	"mediaqual/harness/check"
-	"mediaqual/harness/media"
-	"mediaqual/models/bundle"
-	"mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/fixtures"
+	"github.com/mediaqual/mediaqual/harness/api"
+	"github.com/mediaqual/mediaqual/harness/check"
+	"github.com/mediaqual/mediaqual/harness/media"
+	"github.com/mediaqual/mediaqual/models/bundle"
+	"github.com/mediaqual/mediaqual/models/spec"
 )
 
 // workItem is one pinned input: the request fields and, for image_edit, the reference sent.

@@ -8,9 +8,9 @@ import (
 	"net/http"
 	"time"
 
-	"mediaqual/harness/check"
-	"mediaqual/models/bundle"
-	"mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/harness/check"
+	"github.com/mediaqual/mediaqual/models/bundle"
+	"github.com/mediaqual/mediaqual/models/spec"
 )
 
 // Deadlines. Every request to the server under test has one and so does the whole case, so a

@@ -5,9 +5,9 @@ import (
 	"os"
 	"testing"
 
-	"mediaqual/harness/qualify"
-	"mediaqual/models"
-	"mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/harness/qualify"
+	"github.com/mediaqual/mediaqual/models"
+	"github.com/mediaqual/mediaqual/models/spec"
 )
 
 // myInventory stands for a user's own rows, kept in their own module (docs/EXTERNAL.md). Here

@@ -13,11 +13,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"mediaqual/harness/client"
-	"mediaqual/harness/launch"
-	"mediaqual/harness/qualify"
-	"mediaqual/models"
-	"mediaqual/reports"
+	"github.com/mediaqual/mediaqual/harness/client"
+	"github.com/mediaqual/mediaqual/harness/launch"
+	"github.com/mediaqual/mediaqual/harness/qualify"
+	"github.com/mediaqual/mediaqual/models"
+	"github.com/mediaqual/mediaqual/reports"
 )
 
 // TestQualifyAnEndpointStartedByHand starts mediaserve as an ordinary process, as a user runs

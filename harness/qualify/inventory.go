@@ -5,10 +5,10 @@ import (
 	"path/filepath"
 	"strings"
 
-	"mediaqual/harness/check"
-	"mediaqual/models/bundle"
-	"mediaqual/models/spec"
-	"mediaqual/reports"
+	"github.com/mediaqual/mediaqual/harness/check"
+	"github.com/mediaqual/mediaqual/models/bundle"
+	"github.com/mediaqual/mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/reports"
 )
 
 // Bundle is what the inventory stage established about the weights: the revision the bundle

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"mediaqual/reports"
+	"github.com/mediaqual/mediaqual/reports"
 )
 
 // One malformed results.json among the published runs does not fail a row that another,

@@ -32,11 +32,11 @@ import (
 	"testing"
 	"time"
 
-	"mediaqual/harness/check"
-	"mediaqual/harness/wire"
-	"mediaqual/internal/stages"
-	"mediaqual/models/spec"
-	"mediaqual/reports"
+	"github.com/mediaqual/mediaqual/harness/check"
+	"github.com/mediaqual/mediaqual/harness/wire"
+	"github.com/mediaqual/mediaqual/internal/stages"
+	"github.com/mediaqual/mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/reports"
 )
 
 // Case is one row's qualification in progress: its test, its configuration, the result row

@@ -19,13 +19,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"mediaqual/harness/api"
-	"mediaqual/harness/client"
-	"mediaqual/harness/wire"
-	"mediaqual/internal/stages"
-	"mediaqual/models"
-	"mediaqual/models/spec"
-	"mediaqual/reports"
+	"github.com/mediaqual/mediaqual/harness/api"
+	"github.com/mediaqual/mediaqual/harness/client"
+	"github.com/mediaqual/mediaqual/harness/wire"
+	"github.com/mediaqual/mediaqual/internal/stages"
+	"github.com/mediaqual/mediaqual/models"
+	"github.com/mediaqual/mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/reports"
 )
 
 // The rows below are the real inventory's (models.Lookup), read by the tests only: the

@@ -15,10 +15,10 @@ import (
 	"slices"
 	"strings"
 
-	"mediaqual/harness/api"
-	"mediaqual/harness/check"
-	"mediaqual/models/bundle"
-	"mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/harness/api"
+	"github.com/mediaqual/mediaqual/harness/check"
+	"github.com/mediaqual/mediaqual/models/bundle"
+	"github.com/mediaqual/mediaqual/models/spec"
 )
 
 // referenceOutputs is the row's criterion against the reference outputs its bundle carries

@@ -15,14 +15,14 @@ import (
 	"strings"
 	"time"
 
-	"mediaqual/harness/api"
-	"mediaqual/harness/check"
-	"mediaqual/harness/client"
-	"mediaqual/harness/launch"
-	"mediaqual/harness/wire"
-	"mediaqual/models/bundle"
-	"mediaqual/models/spec"
-	"mediaqual/reports"
+	"github.com/mediaqual/mediaqual/harness/api"
+	"github.com/mediaqual/mediaqual/harness/check"
+	"github.com/mediaqual/mediaqual/harness/client"
+	"github.com/mediaqual/mediaqual/harness/launch"
+	"github.com/mediaqual/mediaqual/harness/wire"
+	"github.com/mediaqual/mediaqual/models/bundle"
+	"github.com/mediaqual/mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/reports"
 )
 
 // pollEvery is the suite's stated polling cadence for video jobs.

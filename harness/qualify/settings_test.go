@@ -12,10 +12,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"mediaqual/harness/aiperf"
-	"mediaqual/harness/api"
-	"mediaqual/harness/check"
-	"mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/harness/aiperf"
+	"github.com/mediaqual/mediaqual/harness/api"
+	"github.com/mediaqual/mediaqual/harness/check"
+	"github.com/mediaqual/mediaqual/models/spec"
 )
 
 // Every native record is held to what its input asked (check actual-settings), with the diff.

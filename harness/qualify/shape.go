@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 
-	"mediaqual/fixtures"
-	"mediaqual/harness/check"
-	"mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/fixtures"
+	"github.com/mediaqual/mediaqual/harness/check"
+	"github.com/mediaqual/mediaqual/models/spec"
 )
 
 // shapeProbe is the aiperf stage's first step: one request of another shape than the pinned

@@ -10,11 +10,11 @@ import (
 	"sort"
 	"time"
 
-	"mediaqual/harness/aiperf"
-	"mediaqual/harness/check"
-	"mediaqual/harness/media"
-	"mediaqual/models/spec"
-	"mediaqual/reports"
+	"github.com/mediaqual/mediaqual/harness/aiperf"
+	"github.com/mediaqual/mediaqual/harness/check"
+	"github.com/mediaqual/mediaqual/harness/media"
+	"github.com/mediaqual/mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/reports"
 )
 
 // Timing is the stage "timing": AIPerf's client end-to-end latency against the server's Task

@@ -9,10 +9,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"mediaqual/harness/aiperf"
-	"mediaqual/harness/api"
-	"mediaqual/harness/check"
-	"mediaqual/harness/ledger"
+	"github.com/mediaqual/mediaqual/harness/aiperf"
+	"github.com/mediaqual/mediaqual/harness/api"
+	"github.com/mediaqual/mediaqual/harness/check"
+	"github.com/mediaqual/mediaqual/harness/ledger"
 )
 
 // doctoredExport writes an AIPerf artifact directory of one warmup and two measured requests,

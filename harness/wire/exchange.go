@@ -9,7 +9,7 @@ import (
 	"slices"
 	"strconv"
 
-	"mediaqual/harness/api"
+	"github.com/mediaqual/mediaqual/harness/api"
 )
 
 // Exchange is a recorded conversation with one server: a video job (create, polls, content,

@@ -13,7 +13,7 @@ import (
 	"strconv"
 	"strings"
 
-	"mediaqual/harness/api"
+	"github.com/mediaqual/mediaqual/harness/api"
 )
 
 // Finding is one departure from the contract, named so a result row can list it.

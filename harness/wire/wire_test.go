@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"mediaqual/harness/wire"
+	"github.com/mediaqual/mediaqual/harness/wire"
 )
 
 func names(fs []wire.Finding) []string {

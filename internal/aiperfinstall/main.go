@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"os"
 
-	"mediaqual/harness/aiperf"
+	"github.com/mediaqual/mediaqual/harness/aiperf"
 )
 
 func main() {

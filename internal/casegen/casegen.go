@@ -12,9 +12,9 @@ import (
 	"regexp"
 	"strings"
 
-	"mediaqual/internal/stages"
-	"mediaqual/models"
-	"mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/internal/stages"
+	"github.com/mediaqual/mediaqual/models"
+	"github.com/mediaqual/mediaqual/models/spec"
 )
 
 // GPUEnv is what a GPU case needs in its environment.

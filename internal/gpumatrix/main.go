@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"os"
 
-	"mediaqual/internal/casegen"
-	"mediaqual/models"
+	"github.com/mediaqual/mediaqual/internal/casegen"
+	"github.com/mediaqual/mediaqual/models"
 )
 
 // Shard is one matrix entry.

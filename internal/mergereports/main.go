@@ -16,7 +16,7 @@ import (
 	"io"
 	"os"
 
-	"mediaqual/reports"
+	"github.com/mediaqual/mediaqual/reports"
 )
 
 func main() {

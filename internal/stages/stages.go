@@ -2,7 +2,7 @@
 // dry-run list agree on them.
 package stages
 
-import "mediaqual/models/spec"
+import "github.com/mediaqual/mediaqual/models/spec"
 
 // Stage names, stable: CI dashboards and docs refer to them.
 const (

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"os"
 
-	"mediaqual/fixtures"
+	"github.com/mediaqual/mediaqual/fixtures"
 )
 
 func main() {

@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"mediaqual/models/bundle"
-	"mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/models/bundle"
+	"github.com/mediaqual/mediaqual/models/spec"
 )
 
 const commitA = "6f3ccc0b56e431dc6a0c2b2039706d7d26f22cb9"

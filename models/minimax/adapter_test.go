@@ -6,8 +6,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"mediaqual/models/pyworker"
-	"mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/models/pyworker"
+	"github.com/mediaqual/mediaqual/models/spec"
 )
 
 // The MiniMax-H3 adapter is Python (adapter.py, a docs/WORKER.md worker on models/pyworker);

@@ -4,7 +4,7 @@
 // It generates a stereo soundtrack with the video; only the video track is qualified here.
 package minimax
 
-import "mediaqual/models/spec"
+import "github.com/mediaqual/mediaqual/models/spec"
 
 // frames17n5 is the pipeline's frame rule: the video VAE encodes 17-frame chunks keeping 5
 // latents, so counts are 17n+5 (the pipeline silently rounds others up; mediaserve rejects

@@ -11,9 +11,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"mediaqual/internal/proctest"
-	"mediaqual/models/spec"
-	"mediaqual/server/worker"
+	"github.com/mediaqual/mediaqual/internal/proctest"
+	"github.com/mediaqual/mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/server/worker"
 )
 
 // The ranks' own tests (test_ranks.py): protocol, cancel, crashes and load failures of a

@@ -1,6 +1,6 @@
 package qwenimage
 
-import "mediaqual/models/spec"
+import "github.com/mediaqual/mediaqual/models/spec"
 
 // The QwenImageTransformer2DModel of Qwen-Image-Edit-2511: 60 dual-stream blocks, 24 heads of
 // 128, feed-forward 4x.

@@ -3,7 +3,7 @@ package qwenimage
 import (
 	"testing"
 
-	"mediaqual/models/pyworker"
+	"github.com/mediaqual/mediaqual/models/pyworker"
 )
 
 // fused.py's processor and kernel mode on CPU tensors under Triton's interpreter (test_fused.py).

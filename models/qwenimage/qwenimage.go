@@ -3,7 +3,7 @@
 // why the pinned negative prompt is a single space.
 package qwenimage
 
-import "mediaqual/models/spec"
+import "github.com/mediaqual/mediaqual/models/spec"
 
 // pinned are the row's settings; a compiled engine's warm-up runs at their size.
 var pinned = spec.Settings{Size: spec.Size{W: 1024, H: 1024}, NegativePrompt: " ", Steps: 20, Guidance: 4.0, Seed: 42}

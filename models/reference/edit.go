@@ -9,7 +9,7 @@ import (
 
 	xdraw "golang.org/x/image/draw"
 
-	"mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/models/spec"
 )
 
 type opKind int

@@ -1,6 +1,6 @@
 package reference
 
-import "mediaqual/models/spec"
+import "github.com/mediaqual/mediaqual/models/spec"
 
 // goldens holds the digests of the reference Tasks' raw frames for the pinned fixtures; the
 // suite refreshes it only when MEDIAQUAL_UPDATE_GOLDENS=1.

@@ -5,7 +5,7 @@ import (
 	"image"
 	"math"
 
-	"mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/models/spec"
 )
 
 const (

@@ -5,7 +5,7 @@ import (
 	"image"
 	"math"
 
-	"mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/models/spec"
 )
 
 // shape moves along c + a·sin(ω t + φ) per axis in normalised coordinates, or, when orbit is

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/models/spec"
 )
 
 // t2iTask is ref-t2i. It declares image_edit but IGNORES req.Reference entirely, on purpose:

@@ -5,7 +5,7 @@ import (
 	"image"
 	"time"
 
-	"mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/models/spec"
 )
 
 // t2vTask is ref-t2v: the procedural text-to-video renderer. Stateless, so one value serves

@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/models/spec"
 )
 
 // TestToRGBAOfRGB: an RGB reference (as the server decodes an RGB PNG) gives the family the

@@ -1,6 +1,6 @@
 package wan
 
-import "mediaqual/models/spec"
+import "github.com/mediaqual/mediaqual/models/spec"
 
 // transformer is what the FLOP count needs of a WanTransformer3DModel config.
 type transformer struct {

@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"mediaqual/models/pyworker"
-	"mediaqual/models/spec"
-	serverworker "mediaqual/server/worker"
+	"github.com/mediaqual/mediaqual/models/pyworker"
+	"github.com/mediaqual/mediaqual/models/spec"
+	serverworker "github.com/mediaqual/mediaqual/server/worker"
 )
 
 // TestFramesStreamFromTheRealAdapter runs the Python and Go halves of frame streaming

@@ -6,7 +6,7 @@ package wan
 import (
 	"strconv"
 
-	"mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/models/spec"
 )
 
 // frames4k1 is Wan's frame rule: the VAE needs 4k+1 frames. diffusers silently rounds other

@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"mediaqual/harness/media"
-	"mediaqual/models/spec"
-	"mediaqual/server/encode"
+	"github.com/mediaqual/mediaqual/harness/media"
+	"github.com/mediaqual/mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/server/encode"
 )
 
 // benchShapes are the pinned clips of the Wan rows; -short keeps the first only.

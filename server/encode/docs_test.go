@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"mediaqual/server/encode"
+	"github.com/mediaqual/mediaqual/server/encode"
 )
 
 // argValue is the value after name in the encoder's argument list.

@@ -25,8 +25,8 @@ import (
 	"strconv"
 	"sync"
 
-	"mediaqual/internal/adler"
-	"mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/internal/adler"
+	"github.com/mediaqual/mediaqual/models/spec"
 )
 
 // X264 is the encoder configuration of every clip; reports record it with MP4Args.

@@ -20,9 +20,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"mediaqual/harness/media"
-	"mediaqual/models/spec"
-	"mediaqual/server/encode"
+	"github.com/mediaqual/mediaqual/harness/media"
+	"github.com/mediaqual/mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/server/encode"
 )
 
 func video(t testing.TB, n, w, h int) spec.Video {

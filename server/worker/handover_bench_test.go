@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/models/spec"
 )
 
 // BenchmarkImageEditHandover: what a 1024² edit costs the out-of-process Task beyond the

@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/models/spec"
 )
 
 // proc is one worker process and the goroutines that own its pipes:

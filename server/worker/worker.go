@@ -25,7 +25,7 @@ import (
 	"syscall"
 	"time"
 
-	"mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/models/spec"
 )
 
 // Error codes returned by Run and Load as *spec.Error (besides the codes a worker reports in

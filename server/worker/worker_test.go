@@ -21,9 +21,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"mediaqual/internal/proctest"
-	"mediaqual/models/spec"
-	"mediaqual/server/worker/workertest"
+	"github.com/mediaqual/mediaqual/internal/proctest"
+	"github.com/mediaqual/mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/server/worker/workertest"
 )
 
 func TestMain(m *testing.M) {

@@ -7,7 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"mediaqual/internal/casegen"
+	"github.com/mediaqual/mediaqual/internal/casegen"
 )
 
 func main() {

@@ -1,6 +1,6 @@
 // Package workertest makes a Go test binary act as a mediaserve worker (docs/WORKER.md), so
-// that tests can run the out-of-process Task runtime (mediaqual/server/worker) end to end
-// without a real model. It exists for tests only; nothing in production imports it.
+// that tests can run the out-of-process Task runtime (server/worker) end to end without a
+// real model. It exists for tests only; nothing in production imports it.
 //
 // Use it from TestMain, before m.Run:
 //
@@ -53,7 +53,7 @@ import (
 	"strings"
 	"time"
 
-	"mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/models/spec"
 )
 
 const (
