@@ -27,15 +27,15 @@ import (
 // aiperfPoll is the stated polling cadence of AIPerf's video client in every run.
 const aiperfPoll = 100 * time.Millisecond
 
-// AIPerfRun is what the aiperf stage established: every AIPerf request, accounted for and
+// aiperfRun is what the aiperf stage established: every AIPerf request, accounted for and
 // matched to its pinned input.
-type AIPerfRun struct {
-	Requests []Request
+type aiperfRun struct {
+	Requests []aiperfRequest
 	PollMS   float64 // AIPerf's stated polling cadence (video only)
 }
 
-// Request is one AIPerf request and what the server said of it.
-type Request struct {
+// aiperfRequest is one AIPerf request and what the server said of it.
+type aiperfRequest struct {
 	item       workItem
 	Warmup     bool
 	RequestID  string
@@ -67,11 +67,11 @@ func InstalledAIPerf(root string) (aiperf.Env, error) {
 	return aiperfEnv, aiperfErr
 }
 
-// AIPerf is the stage "aiperf": the published AIPerf against the served checkpoint, one
+// aiperf is the stage "aiperf": the published AIPerf against the served checkpoint, one
 // warmup and one measured request per pinned input, every request accounted for on the
 // server (its ledger, or for an endpoint its own answers).
-func AIPerf(c *Case, s *Served) (AIPerfRun, string, error) {
-	var run AIPerfRun
+func (c *caseRun) aiperf(s *serving) (aiperfRun, string, error) {
+	var run aiperfRun
 	if s == nil {
 		return run, "", errors.New("no server: the serve stage failed")
 	}
@@ -146,12 +146,12 @@ func AIPerf(c *Case, s *Served) (AIPerfRun, string, error) {
 
 // requestsOf is each accounted AIPerf request (every one completed, with its one terminal
 // server line) with its pinned input and what the server said of it.
-func requestsOf(reqs []aiperf.Request, byPrompt map[string]workItem) []Request {
-	var out []Request
+func requestsOf(reqs []aiperf.Request, byPrompt map[string]workItem) []aiperfRequest {
+	var out []aiperfRequest
 	for _, r := range reqs {
 		prompt, _ := r.Raw.Payload["prompt"].(string)
 		e := r.Server[0]
-		q := Request{item: byPrompt[prompt], Warmup: r.Warmup, RequestID: r.XRequestID, JobID: e.JobID,
+		q := aiperfRequest{item: byPrompt[prompt], Warmup: r.Warmup, RequestID: r.XRequestID, JobID: e.JobID,
 			LatencyMS: r.LatencyMS, hasLatency: r.HasLatency, creditNS: r.CreditIssuedNS, raw: r.Raw}
 		if e.Timing != nil {
 			q.timing, q.TaskMS = *e.Timing, e.Timing.TaskCallWallMS
@@ -186,7 +186,7 @@ const progressEvery = 15 * time.Second
 // showProgress logs, every interval while AIPerf runs, each unfinished video job's status and
 // progress as the server reports them, so a long GPU run shows it is moving. It returns the
 // function that stops it.
-func (c *Case) showProgress(s *Served, logf func(string, ...any), every time.Duration) func() {
+func (c *caseRun) showProgress(s *serving, logf func(string, ...any), every time.Duration) func() {
 	if c.Entry.Workload != spec.TextToVideo {
 		return func() {}
 	}
@@ -220,7 +220,7 @@ func (c *Case) showProgress(s *Served, logf func(string, ...any), every time.Dur
 // but has not ended is followed to its end before the final join, so nothing is dropped. The
 // unfinished jobs are followed together, bounded by one request timeout from now: a run whose
 // every job hung waits that long once, not once a job.
-func (c *Case) followUnfinished(s *Served, x aiperf.Exports) ([]aiperf.Request, []ledger.Entry, error) {
+func (c *caseRun) followUnfinished(s *serving, x aiperf.Exports) ([]aiperf.Request, []ledger.Entry, error) {
 	entries, err := c.account(s, x)
 	if err != nil {
 		return nil, nil, err
@@ -267,7 +267,7 @@ func (c *Case) followUnfinished(s *Served, x aiperf.Exports) ([]aiperf.Request, 
 // endpoint (whose ledger, if any, is not ours to read), a terminal job line built from what
 // the endpoint answers for each job AIPerf saw. Every answer is kept for the contract's
 // assessment.
-func (c *Case) account(s *Served, x aiperf.Exports) ([]ledger.Entry, error) {
+func (c *caseRun) account(s *serving, x aiperf.Exports) ([]ledger.Entry, error) {
 	if !s.External {
 		return ledger.Read(s.ledgerPath)
 	}
@@ -340,7 +340,7 @@ func editStep(body []byte) (st wire.Step) {
 // aiperfDataset writes the single_turn JSONL AIPerf reads: the pinned prompts, and for
 // image_edit the references as PNG files (AIPerf re-encodes local images; PNG keeps that
 // lossless).
-func (c *Case) aiperfDataset(items []workItem) (string, map[string]workItem, error) {
+func (c *caseRun) aiperfDataset(items []workItem) (string, map[string]workItem, error) {
 	path := filepath.Join(c.Dir, "aiperf-input.jsonl")
 	f, err := os.Create(path)
 	if err != nil {
@@ -373,7 +373,7 @@ func (c *Case) aiperfDataset(items []workItem) (string, map[string]workItem, err
 }
 
 // extraInputs are the pinned settings as --extra-inputs, in a stable order.
-func (c *Case) extraInputs() [][2]string {
+func (c *caseRun) extraInputs() [][2]string {
 	fields := c.Entry.Defaults.Fields(c.Entry.Controls, c.Entry.Workload)
 	delete(fields, "prompt")
 	keys := make([]string, 0, len(fields))
@@ -392,7 +392,7 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // notOwn is entries without the jobs of the suite's own requests before AIPerf's (the shape
 // probe): the accounting holds every other job line of the server against AIPerf's records.
-func (c *Case) notOwn(entries []ledger.Entry) []ledger.Entry {
+func (c *caseRun) notOwn(entries []ledger.Entry) []ledger.Entry {
 	out := make([]ledger.Entry, 0, len(entries))
 	for _, e := range entries {
 		if !slices.Contains(c.own, e.RequestID) {

@@ -14,16 +14,16 @@ import (
 	"github.com/mediaqual/mediaqual/models/spec"
 )
 
-// Artifacts is what the artifacts stage established: each request of the AIPerf run with its
+// artifactSet is what the artifacts stage established: each request of the AIPerf run with its
 // artifact fetched, kept and checked.
-type Artifacts struct {
-	Run    AIPerfRun
-	Served []Artifact // in the run's order
+type artifactSet struct {
+	Run    aiperfRun
+	Served []artifact // in the run's order
 }
 
-// Artifact is one request's fetched artifact.
-type Artifact struct {
-	Request
+// artifact is one request's fetched artifact.
+type artifact struct {
+	aiperfRequest
 	Path    string
 	SHA256  string
 	Decoded []string // digests of its decoded frames
@@ -31,8 +31,8 @@ type Artifact struct {
 }
 
 // measured are the artifacts of the requests outside warmup.
-func (a Artifacts) measured() []Artifact {
-	var out []Artifact
+func (a artifactSet) measured() []artifact {
+	var out []artifact
 	for _, s := range a.Served {
 		if !s.Warmup {
 			out = append(out, s)
@@ -41,18 +41,18 @@ func (a Artifacts) measured() []Artifact {
 	return out
 }
 
-// FetchArtifacts is the stage "artifacts": the artifact of every request of the AIPerf run
+// fetchArtifacts is the stage "artifacts": the artifact of every request of the AIPerf run
 // (AIPerf throws videos away) fetched, held to the digest the server declared, and put
 // through every artifact check.
-func FetchArtifacts(c *Case, s *Served, native Native, run AIPerfRun) (Artifacts, string, error) {
-	out := Artifacts{Run: run}
+func (c *caseRun) fetchArtifacts(s *serving, native nativeOutputs, run aiperfRun) (artifactSet, string, error) {
+	out := artifactSet{Run: run}
 	if len(run.Requests) == 0 {
 		return out, "", errors.New("no AIPerf requests to check: the aiperf stage failed")
 	}
 	var failed []error // every artifact is fetched and kept; each failure is listed
 	declared, unreported := 0, 0
 	for _, r := range run.Requests {
-		a := Artifact{Request: r}
+		a := artifact{aiperfRequest: r}
 		var data []byte
 		var err error
 		if c.Entry.Workload == spec.TextToVideo {
@@ -123,7 +123,7 @@ func FetchArtifacts(c *Case, s *Served, native Native, run AIPerfRun) (Artifacts
 
 // content fetches a video's content; from an endpoint, the answer is kept for the contract's
 // assessment.
-func (c *Case) content(s *Served, jobID string) ([]byte, error) {
+func (c *caseRun) content(s *serving, jobID string) ([]byte, error) {
 	data, ctype, err := s.API.Content(c.ctx, jobID)
 	if s.External {
 		method, path := s.Profile.Path(s.Profile.VideoContent, jobID)
@@ -137,14 +137,14 @@ func (c *Case) content(s *Served, jobID string) ([]byte, error) {
 	return data, err
 }
 
-// Identity is the stage "identity": every served artifact equals the native artifact for the
+// identity is the stage "identity": every served artifact equals the native artifact for the
 // same inputs, bytes and decoded frames. Without a native path it is not compared.
-func Identity(c *Case, native Native, a Artifacts) (string, error) {
+func (c *caseRun) identity(native nativeOutputs, a artifactSet) (string, error) {
 	if len(a.Served) == 0 || a.Served[0].Path == "" {
 		return "", errors.New("no served artifacts: the artifacts stage failed")
 	}
 	if len(native) == 0 {
-		return "", NotCompared{"no native path for " + c.Entry.ID + " here: nothing to hold the served artifacts to"}
+		return "", notCompared{"no native path for " + c.Entry.ID + " here: nothing to hold the served artifacts to"}
 	}
 	for _, s := range a.Served {
 		n, ok := native[s.item.key]
@@ -163,9 +163,9 @@ func Identity(c *Case, native Native, a Artifacts) (string, error) {
 	return msg, nil
 }
 
-// Influence is the stage "influence", the reference-influence probe of image_edit: the same
+// influence is the stage "influence", the reference-influence probe of image_edit: the same
 // instruction on two different pinned references.
-func Influence(c *Case, s *Served) (string, error) {
+func (c *caseRun) influence(s *serving) (string, error) {
 	if s == nil {
 		return "", errors.New("no server: the serve stage failed")
 	}
@@ -199,7 +199,7 @@ func Influence(c *Case, s *Served) (string, error) {
 
 // edit is the suite's own image edit (for the influence probe, not load): one request through
 // the client, its PNG checked against the declared digest (when declared) and kept.
-func (c *Case) edit(s *Served, it workItem, requestID string) ([]byte, error) {
+func (c *caseRun) edit(s *serving, it workItem, requestID string) ([]byte, error) {
 	fields := map[string]string{"model": c.Entry.ID}
 	for k, v := range it.fields {
 		fields[k] = v

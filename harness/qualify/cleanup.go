@@ -11,10 +11,10 @@ import (
 	"github.com/mediaqual/mediaqual/models/spec"
 )
 
-// Cleanup is the stage "cleanup": every job of the run deleted, each answering 404 after; a
+// cleanup is the stage "cleanup": every job of the run deleted, each answering 404 after; a
 // launched mediaserve also leaves no artifact file and exits cleanly. An endpoint is not
 // stopped: it was running before the suite and keeps running.
-func Cleanup(c *Case, s *Served, a Artifacts) (string, error) {
+func (c *caseRun) cleanup(s *serving, a artifactSet) (string, error) {
 	if s == nil {
 		return "", errors.New("no server: the serve stage failed")
 	}
@@ -62,7 +62,7 @@ func listDir(dir string) ([]string, error) {
 
 // deleteVideo deletes a job. An endpoint's answer is kept for the contract's assessment, so
 // a delete answered in another shape is a finding, not a failure.
-func (c *Case) deleteVideo(s *Served, id string) error {
+func (c *caseRun) deleteVideo(s *serving, id string) error {
 	if !s.External {
 		return s.API.DeleteVideo(c.ctx, id)
 	}

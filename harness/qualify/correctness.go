@@ -31,12 +31,12 @@ type workItem struct {
 	asked  api.Settings // the settings the fields ask for, as the actual-settings check reads them
 }
 
-// Native is what the correctness stage established: the native path's output for each pinned
+// nativeOutputs is what the correctness stage established: the native path's output for each pinned
 // input, by input key. Empty when there is no native path here.
-type Native map[string]NativeOutput
+type nativeOutputs map[string]nativeOutput
 
-// NativeOutput is one input's native-path artifact.
-type NativeOutput struct {
+// nativeOutput is one input's native-path artifact.
+type nativeOutput struct {
 	Path, SHA256, FramesSHA256 string
 	Raw                        string     // the raw rgb24 frames the artifact was encoded from
 	Decoded                    []string   // digests of the decoded frames (or image)
@@ -44,7 +44,7 @@ type NativeOutput struct {
 }
 
 // items are the row's pinned inputs: its fixture set at its pinned settings, built once.
-func (c *Case) items() ([]workItem, error) {
+func (c *caseRun) items() ([]workItem, error) {
 	if c.inputs != nil || c.inputsErr != nil {
 		return c.inputs, c.inputsErr
 	}
@@ -52,7 +52,7 @@ func (c *Case) items() ([]workItem, error) {
 	return c.inputs, c.inputsErr
 }
 
-func (c *Case) loadItems() ([]workItem, error) {
+func (c *caseRun) loadItems() ([]workItem, error) {
 	e := c.Entry
 	set, err := fixtures.Load(e.Fixtures)
 	if err != nil {
@@ -94,19 +94,19 @@ func asked(e spec.Entry, s spec.Settings) api.Settings {
 	return w
 }
 
-// Correctness is the stage "correctness": the family's native path on every pinned input and
+// correctness is the stage "correctness": the family's native path on every pinned input and
 // the family's criteria there, before any server is involved; the goldens; the bundle's
 // reference outputs; the bundle's digest against a published run of the same revision.
-func Correctness(c *Case, b Bundle) (Native, string, error) {
+func (c *caseRun) correctness(b bundleFacts) (nativeOutputs, string, error) {
 	items, err := c.items()
 	if err != nil {
 		return nil, "", err
 	}
 	if c.Config.Mediaserve == "" {
-		return nil, "", NotCompared{"no native path here (Config.Mediaserve is empty)"}
+		return nil, "", notCompared{"no native path here (Config.Mediaserve is empty)"}
 	}
 	if why := bundle.Missing(c.Entry); why != "" && c.Config.Target.External() {
-		return nil, "", NotCompared{"no native path here: " + why}
+		return nil, "", notCompared{"no native path here: " + why}
 	}
 	bundleHashed := func() (string, error) { return "", nil }
 	if c.Entry.Bundle == "" {
@@ -216,7 +216,7 @@ func Correctness(c *Case, b Bundle) (Native, string, error) {
 
 // nativeActual is the check "actual-settings" on every native record: what the Task reports
 // it ran against what the input asked.
-func nativeActual(items []workItem, native Native) []error {
+func nativeActual(items []workItem, native nativeOutputs) []error {
 	var failed []error
 	for _, it := range items {
 		if err := check.Settings(it.asked, native[it.key].Actual); err != nil {
@@ -228,7 +228,7 @@ func nativeActual(items []workItem, native Native) []error {
 
 // runNative runs every input on the native path in one `mediaserve task -batch` process, so
 // the weights load once, and reads back each job's record.
-func (c *Case) runNative(items []workItem) (Native, error) {
+func (c *caseRun) runNative(items []workItem) (nativeOutputs, error) {
 	var batch bytes.Buffer
 	enc := json.NewEncoder(&batch)
 	for _, it := range items {
@@ -270,7 +270,7 @@ func (c *Case) runNative(items []workItem) (Native, error) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("native path: %v\n%s", err, out)
 	}
-	res := Native{}
+	res := nativeOutputs{}
 	for _, it := range items {
 		var rec struct {
 			Product struct {
@@ -287,7 +287,7 @@ func (c *Case) runNative(items []workItem) (Native, error) {
 		if err != nil {
 			return nil, fmt.Errorf("native path %s: reading actual.json: %w", it.key, err)
 		}
-		res[it.key] = NativeOutput{Path: rec.Product.Path, SHA256: rec.Product.SHA256, FramesSHA256: rec.Product.FramesSHA256,
+		res[it.key] = nativeOutput{Path: rec.Product.Path, SHA256: rec.Product.SHA256, FramesSHA256: rec.Product.FramesSHA256,
 			Raw: filepath.Join(c.Dir, "native", it.key, "frames.rgb"), Actual: rec.Product.Actual}
 	}
 	return res, nil
@@ -297,7 +297,7 @@ func (c *Case) runNative(items []workItem) (Native, error) {
 // choice (spec.ChooseLayout) of MEDIAQUAL_LAYOUT on MEDIAQUAL_GPUS, resolved here once so the
 // two cannot choose apart. "" for a row without layouts, and for an external endpoint, whose
 // layout is its own.
-func (c *Case) layout() (spec.Layout, error) {
+func (c *caseRun) layout() (spec.Layout, error) {
 	if len(c.Entry.Layouts) == 0 || c.Config.Target.External() {
 		return "", nil
 	}
@@ -306,12 +306,12 @@ func (c *Case) layout() (spec.Layout, error) {
 
 // rootEnv tells mediaserve where the module is, so a family's worker script is found whatever
 // directory the server runs in.
-func (c *Case) rootEnv() string { return "MEDIAQUAL_ROOT=" + c.Config.Root }
+func (c *caseRun) rootEnv() string { return "MEDIAQUAL_ROOT=" + c.Config.Root }
 
 // validate applies every artifact check to a file: container shape, decoded frames and the
 // family's validity contract. It returns the decoded frames (an image is one frame), nil when
 // a check failed before decoding.
-func (c *Case) validate(path string, it workItem) ([]*image.RGBA, error) {
+func (c *caseRun) validate(path string, it workItem) ([]*image.RGBA, error) {
 	e := c.Entry
 	want := e.Defaults
 	if e.Workload == spec.TextToVideo {
@@ -354,7 +354,7 @@ func (c *Case) validate(path string, it workItem) ([]*image.RGBA, error) {
 
 // frameDigests are the digests of an artifact's decoded frames: of frames when validate
 // decoded them, else decoded here (a file that failed its checks still gets compared).
-func (c *Case) frameDigests(path string, frames []*image.RGBA) ([]string, error) {
+func (c *caseRun) frameDigests(path string, frames []*image.RGBA) ([]string, error) {
 	if frames == nil {
 		var err error
 		if frames, err = decodeAll(c.ctx, path, c.Entry.Workload); err != nil {
@@ -376,7 +376,7 @@ func decodeAll(ctx context.Context, path string, w spec.Capability) ([]*image.RG
 	return []*image.RGBA{media.ToRGBA(img)}, nil
 }
 
-func (c *Case) loadGoldens() (map[string]string, bool, error) {
+func (c *caseRun) loadGoldens() (map[string]string, bool, error) {
 	e := c.Entry
 	if e.Goldens == "" {
 		return nil, false, nil
@@ -398,7 +398,7 @@ func (c *Case) loadGoldens() (map[string]string, bool, error) {
 
 // saveGoldens rewrites the golden file, keeping other checkpoints' entries: a file it cannot
 // read or parse is refused, not replaced by this row's entries alone.
-func (c *Case) saveGoldens(mine map[string]string) error {
+func (c *caseRun) saveGoldens(mine map[string]string) error {
 	file := c.path(c.Entry.Goldens)
 	all := map[string]string{}
 	b, err := os.ReadFile(file)
@@ -425,7 +425,7 @@ func (c *Case) saveGoldens(mine map[string]string) error {
 }
 
 // path resolves a path the inventory gives relative to the module root.
-func (c *Case) path(p string) string {
+func (c *caseRun) path(p string) string {
 	if filepath.IsAbs(p) {
 		return p
 	}

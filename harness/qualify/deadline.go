@@ -68,7 +68,7 @@ func CaseDeadline(e spec.Entry, cfg Config, inputs int) (time.Duration, string) 
 	return 2*(load+time.Minute) + requests*req + caseMargin, fmt.Sprintf("two loads, %d requests at the request deadline and %s; %s overrides", requests, caseMargin, EnvCaseTimeout)
 }
 
-func (c *Case) requestDeadline() time.Duration {
+func (c *caseRun) requestDeadline() time.Duration {
 	d, _ := RequestDeadline(c.Entry, c.Config)
 	return d
 }
@@ -78,13 +78,13 @@ var errCaseDeadline = errors.New("the case deadline passed")
 
 // httpClient is the client for every exchange with the server under test: none without a
 // timeout.
-func (c *Case) httpClient() *http.Client {
+func (c *caseRun) httpClient() *http.Client {
 	return &http.Client{Timeout: c.requestDeadline()}
 }
 
 // deadline names a stage's error check "deadline" when it is a request's or the case's
 // deadline passing, saying which deadline and where it came from.
-func (c *Case) deadline(stage string, err error) error {
+func (c *caseRun) deadline(stage string, err error) error {
 	if err == nil {
 		return nil
 	}

@@ -41,22 +41,22 @@ func silentEndpoint(t *testing.T) string {
 
 // An endpoint that accepts connections and never answers fails the serve stage by its
 // request deadline, check "deadline", instead of blocking until go test's own timeout.
-// Shown failing with exchange's client set back to http.DefaultClient ("Serve still waiting
+// Shown failing with exchange's client set back to http.DefaultClient ("the serve stage still waiting
 // on a silent endpoint after 30 s").
 func TestASilentEndpointFailsByItsDeadline(t *testing.T) {
 	e := lookup(t, "ref-t2v")
 	cfg := Defaults()
 	cfg.Target.Endpoint, cfg.RequestTimeout = silentEndpoint(t), 300*time.Millisecond
 	row := NewRow(e)
-	c := &Case{T: t, Entry: e, Config: cfg, Row: &row, ctx: t.Context()}
+	c := &caseRun{T: t, Entry: e, Config: cfg, Row: &row, ctx: t.Context()}
 	start := time.Now()
 	done := make(chan error, 1)
-	go func() { _, _, err := Serve(c); done <- err }()
+	go func() { _, _, err := c.serve(); done <- err }()
 	var err error
 	select {
 	case err = <-done:
 	case <-time.After(30 * time.Second):
-		t.Fatal("Serve still waiting on a silent endpoint after 30 s")
+		t.Fatal("the serve stage still waiting on a silent endpoint after 30 s")
 	}
 	assert.Less(t, time.Since(start), 5*time.Second)
 	err = c.deadline("serve", err)
@@ -75,7 +75,7 @@ func TestCaseDeadlineNamesTheStage(t *testing.T) {
 	ctx, cancel := context.WithTimeoutCause(context.Background(), cfg.CaseTimeout, errCaseDeadline)
 	defer cancel()
 	<-ctx.Done()
-	c := &Case{T: t, Entry: e, Config: cfg, Row: &row, ctx: ctx}
+	c := &caseRun{T: t, Entry: e, Config: cfg, Row: &row, ctx: ctx}
 	err := c.deadline("aiperf", context.Cause(ctx))
 	assert.EqualError(t, err, "check deadline: aiperf: the case deadline (1ms: MEDIAQUAL_CASE_TIMEOUT) passed: the case deadline passed")
 	assert.NoError(t, c.deadline("aiperf", nil))

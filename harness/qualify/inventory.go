@@ -11,16 +11,16 @@ import (
 	"github.com/mediaqual/mediaqual/reports"
 )
 
-// Bundle is what the inventory stage established about the weights: the revision the bundle
+// bundleFacts is what the inventory stage established about the weights: the revision the bundle
 // states ("" for a row without a bundle, or a bundle that states none).
-type Bundle struct {
+type bundleFacts struct {
 	Commit string
 }
 
-// Inventory is the stage "inventory": the row is complete; for a GPU row, its bundle is
+// inventory is the stage "inventory": the row is complete; for a GPU row, its bundle is
 // there, holds the row's revision and the GPUs are named. Nothing has loaded yet.
-func Inventory(c *Case) (Bundle, string, error) {
-	var b Bundle
+func (c *caseRun) inventory() (bundleFacts, string, error) {
+	var b bundleFacts
 	e := c.Entry
 	if p := e.Problems(); len(p) > 0 {
 		return b, "", check.Fail("inventory-row", "%s", strings.Join(p, "; "))
@@ -94,13 +94,13 @@ func GPUPreCheck(e spec.Entry, cfg Config) error {
 // revision holds the commit the bundle states to the row's revision (check bundle-revision).
 // A row without a revision runs, but can earn no more than implemented; an L0-random bundle
 // is no revision's weights, so it is not held to one.
-func (c *Case) revision() (Bundle, string, error) {
+func (c *caseRun) revision() (bundleFacts, string, error) {
 	dir, want := bundle.Dir(c.Entry), c.Entry.Revision
 	commit, source, err := bundle.Revision(dir)
 	if err != nil {
-		return Bundle{}, "", check.Fail("bundle-revision", "%w", err)
+		return bundleFacts{}, "", check.Fail("bundle-revision", "%w", err)
 	}
-	b := Bundle{Commit: commit}
+	b := bundleFacts{Commit: commit}
 	switch {
 	case bundle.IsL0(dir) && commit == "":
 		return b, "; L0-random bundle: no revision to check", nil
@@ -120,7 +120,7 @@ func (c *Case) revision() (Bundle, string, error) {
 
 // publishedDigest holds the bundle's digest to the one a published qualification of the same
 // revision on real weights recorded (check bundle-digest), and says what it compared.
-func (c *Case) publishedDigest(b Bundle, sum string) (string, error) {
+func (c *caseRun) publishedDigest(b bundleFacts, sum string) (string, error) {
 	if b.Commit == "" || c.Row.Profile != "full" {
 		return "", nil
 	}

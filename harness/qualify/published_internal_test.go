@@ -36,13 +36,13 @@ func TestCorruptPublishedRunDoesNotFailTheRow(t *testing.T) {
 	}
 	c.Row.Profile = "full"
 
-	msg, err := c.publishedDigest(Bundle{Commit: c.Entry.Revision}, sum)
+	msg, err := c.publishedDigest(bundleFacts{Commit: c.Entry.Revision}, sum)
 	require.NoError(t, err, "a corrupt published run beside a good one must not fail the row")
 	assert.Contains(t, msg, "bundle digest equals "+filepath.Join(published, "b-good", "results.json")+"'s")
 	assert.Contains(t, msg, "skipped "+filepath.Join(published, "a-corrupt", "results.json"))
 
 	// The good run still holds the digest: another bundle fails against it.
-	_, err = c.publishedDigest(Bundle{Commit: c.Entry.Revision}, strings.Repeat("cd", 32))
+	_, err = c.publishedDigest(bundleFacts{Commit: c.Entry.Revision}, strings.Repeat("cd", 32))
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "bundle-digest")
 }

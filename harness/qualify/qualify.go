@@ -1,10 +1,12 @@
 // Package qualify is the qualification of one inventory row against a server: the stages of
-// docs/QUALIFICATION.md as functions, each taking what the stage before established and
-// returning its own typed result, run in order as subtests by Run. The target is mediaserve,
-// launched here, or an endpoint that is already running (Config.Target).
+// docs/QUALIFICATION.md (named by Stages and the Stage constants), each taking what the stage
+// before established and returning its own typed result, run in order as subtests by Run.
+// The target is mediaserve, launched here, or an endpoint that is already running
+// (Config.Target).
 //
-// It is exported so that another module can qualify its own rows or its own server from a
-// few lines of its own test, the way go-cloud's drivertest is run from a backend's test:
+// Run is the one entry, so that another module can qualify its own rows or its own server
+// from a few lines of its own test, the way go-cloud's drivertest is run from a backend's
+// test (docs/EXTERNAL.md):
 //
 //	func TestMyModel(t *testing.T) {
 //		cfg, err := qualify.FromEnv(".", "")
@@ -34,15 +36,14 @@ import (
 
 	"github.com/mediaqual/mediaqual/harness/check"
 	"github.com/mediaqual/mediaqual/harness/wire"
-	"github.com/mediaqual/mediaqual/internal/stages"
 	"github.com/mediaqual/mediaqual/models/spec"
 	"github.com/mediaqual/mediaqual/reports"
 )
 
-// Case is one row's qualification in progress: its test, its configuration, the result row
+// caseRun is one row's qualification in progress: its test, its configuration, the result row
 // being filled and the directory its files are kept in. Stages report into the row; what
 // they hand on to later stages is their return value.
-type Case struct {
+type caseRun struct {
 	T      *testing.T
 	Entry  spec.Entry
 	Config Config
@@ -59,13 +60,13 @@ type Case struct {
 	own       []string       // X-Request-IDs of the suite's own requests before AIPerf's (the shape probe)
 }
 
-// NotCompared is a stage that could not establish anything: it is reported as not run (never
+// notCompared is a stage that could not establish anything: it is reported as not run (never
 // as a pass), with why.
-type NotCompared struct{ Why string }
+type notCompared struct{ Why string }
 
-func (n NotCompared) Error() string { return "not compared: " + n.Why }
+func (n notCompared) Error() string { return "not compared: " + n.Why }
 
-// Run qualifies entry against cfg's target, running each stage of stages.For(entry) as a
+// Run qualifies entry against cfg's target, running each stage of Stages(entry) as a
 // subtest, and returns the result row. A failed stage fails t, and the row's outcome.
 // (row is the named result so that what the deferred function settles, the outcome above all,
 // is what Run returns: with an unnamed one, `return row` copied the row before it ran, and
@@ -84,7 +85,7 @@ func RunContext(ctx context.Context, t *testing.T, entry spec.Entry, cfg Config)
 		cfg.Target.Profile = wire.Mediaserve
 	}
 	row = NewRow(entry)
-	c := &Case{T: t, Entry: entry, Config: cfg, Row: &row, run: ctx}
+	c := &caseRun{T: t, Entry: entry, Config: cfg, Row: &row, run: ctx}
 	items, _ := c.items() // an error is the stages' to report
 	d, _ := CaseDeadline(entry, cfg, len(items))
 	ctx, cancel := context.WithTimeoutCause(ctx, d, errCaseDeadline)
@@ -117,65 +118,65 @@ func RunContext(ctx context.Context, t *testing.T, entry spec.Entry, cfg Config)
 // nothing can be served without a server. The stages after correctness are independent
 // evidence (serving mechanics, identity, timing), so they run even when the family's
 // criteria failed; the row fails either way.
-func (c *Case) runStages() {
+func (c *caseRun) runStages() {
 	var (
-		bundle Bundle
-		native Native
-		served *Served
-		run    AIPerfRun
-		arts   Artifacts
+		bundle bundleFacts
+		native nativeOutputs
+		served *serving
+		run    aiperfRun
+		arts   artifactSet
 	)
-	for i, name := range stages.For(c.Entry) {
+	for i, name := range Stages(c.Entry) {
 		if why := c.interrupted(); why != nil {
-			for _, rest := range stages.For(c.Entry)[i:] {
+			for _, rest := range Stages(c.Entry)[i:] {
 				c.Row.Stages = append(c.Row.Stages, reports.Stage{Name: rest, Message: "not run: the run was interrupted (" + why.Error() + ")"})
 			}
 			return
 		}
 		var fn func() (string, error)
 		switch name {
-		case stages.Inventory:
-			fn = func() (s string, err error) { bundle, s, err = Inventory(c); return }
-		case stages.Correctness:
-			fn = func() (s string, err error) { native, s, err = Correctness(c, bundle); return }
-		case stages.Serve:
-			fn = func() (s string, err error) { served, s, err = Serve(c); return }
-		case stages.AIPerf:
+		case StageInventory:
+			fn = func() (s string, err error) { bundle, s, err = c.inventory(); return }
+		case StageCorrectness:
+			fn = func() (s string, err error) { native, s, err = c.correctness(bundle); return }
+		case StageServe:
+			fn = func() (s string, err error) { served, s, err = c.serve(); return }
+		case StageAIPerf:
 			fn = func() (s string, err error) {
 				// The shape probe first; its failure does not keep AIPerf from running, so
 				// that a server failing every job is still held to AIPerf's accounting.
 				probe, perr := c.shapeProbe(served)
-				run, s, err = AIPerf(c, served)
+				run, s, err = c.aiperf(served)
 				return s + probe, errors.Join(perr, err)
 			}
-		case stages.Artifacts:
-			fn = func() (s string, err error) { arts, s, err = FetchArtifacts(c, served, native, run); return }
-		case stages.Identity:
-			fn = func() (string, error) { return Identity(c, native, arts) }
-		case stages.Influence:
-			fn = func() (string, error) { return Influence(c, served) }
-		case stages.Timing:
-			fn = func() (string, error) { return Timing(c, arts) }
-		case stages.Cleanup:
-			fn = func() (string, error) { return Cleanup(c, served, arts) }
+		case StageArtifacts:
+			fn = func() (s string, err error) { arts, s, err = c.fetchArtifacts(served, native, run); return }
+		case StageIdentity:
+			fn = func() (string, error) { return c.identity(native, arts) }
+		case StageInfluence:
+			fn = func() (string, error) { return c.influence(served) }
+		case StageTiming:
+			fn = func() (string, error) { return c.timing(arts) }
+		case StageCleanup:
+			fn = func() (string, error) { return c.cleanup(served, arts) }
 		}
-		if !c.stage(name, fn) && (name == stages.Inventory || name == stages.Serve) {
+		if !c.stage(name, fn) && (name == StageInventory || name == StageServe) {
 			return
 		}
 	}
 }
 
 // stage runs one subtest. A stage returns a one-line summary of what it established, or an
-// error naming the failed check; both go into the result row. NotCompared skips the subtest
+// error naming the failed check; both go into the result row. notCompared skips the subtest
 // and is recorded as not passed.
-func (c *Case) stage(name string, fn func() (string, error)) bool {
+func (c *caseRun) stage(name string, fn func() (string, error)) bool {
 	var msg string
 	var failed []string // the checks that failed, by their Failures
 	var skipped bool
 	ok := c.T.Run(name, func(t *testing.T) {
 		summary, err := fn()
 		err = c.deadline(name, err)
-		var nc NotCompared
+		var nc notCompared
 		if errors.As(err, &nc) {
 			msg, skipped = nc.Error(), true
 			c.limit(spec.Implemented, name+" "+msg)
@@ -200,7 +201,7 @@ func (c *Case) stage(name string, fn func() (string, error)) bool {
 
 // interrupted is why the run was interrupted, or nil while it was not: the cause of the run's
 // context (RunContext), which the case's own deadline does not set.
-func (c *Case) interrupted() error {
+func (c *caseRun) interrupted() error {
 	if c.run == nil || c.run.Err() == nil {
 		return nil
 	}
@@ -209,7 +210,7 @@ func (c *Case) interrupted() error {
 
 // assess lists an endpoint's departures from the contract, from every answer the run kept
 // (wire.Assess); a launched mediaserve is held to the contract by the stages themselves.
-func (c *Case) assess() []wire.Finding {
+func (c *caseRun) assess() []wire.Finding {
 	fs := c.findings
 	if len(c.steps) == 0 {
 		return fs
@@ -241,13 +242,13 @@ func NewRow(e spec.Entry) reports.Row {
 }
 
 // limit records what keeps this run below the top of the ladder.
-func (c *Case) limit(ceiling spec.Status, why string) {
+func (c *caseRun) limit(ceiling spec.Status, why string) {
 	c.Row.Limits = append(c.Row.Limits, reports.Limit{Ceiling: ceiling, Why: why})
 }
 
 // caseDir keeps a case's files under the report directory (so they survive a failure), or in
 // a temporary directory when no report is wanted.
-func (c *Case) caseDir() string {
+func (c *caseRun) caseDir() string {
 	if c.Config.ReportDir == "" {
 		return c.T.TempDir()
 	}

@@ -22,7 +22,6 @@ import (
 	"github.com/mediaqual/mediaqual/harness/api"
 	"github.com/mediaqual/mediaqual/harness/client"
 	"github.com/mediaqual/mediaqual/harness/wire"
-	"github.com/mediaqual/mediaqual/internal/stages"
 	"github.com/mediaqual/mediaqual/models"
 	"github.com/mediaqual/mediaqual/models/spec"
 	"github.com/mediaqual/mediaqual/reports"
@@ -81,7 +80,7 @@ func TestCaseLayout(t *testing.T) {
 		{"Wan-AI/Wan2.2-TI2V-5B", Config{GPUs: "0,1", Layout: "cfg-2", Target: Target{Endpoint: "http://h:8000"}}, "", ""},
 		{"ref-t2v", Config{GPUs: "0,1", Layout: "cfg-2"}, "", ""},
 	} {
-		c := &Case{Entry: lookup(t, tc.id), Config: tc.cfg}
+		c := &caseRun{Entry: lookup(t, tc.id), Config: tc.cfg}
 		got, err := c.layout()
 		if tc.errMsg != "" {
 			assert.ErrorContains(t, err, tc.errMsg, tc.id)
@@ -97,10 +96,10 @@ func TestProgressLinesDuringLongRuns(t *testing.T) {
 		fmt.Fprint(w, `{"object":"list","data":[{"id":"video_1","object":"video","status":"in_progress","progress":25},{"id":"video_0","object":"video","status":"completed","progress":100}]}`)
 	}))
 	defer hs.Close()
-	c := &Case{Entry: lookup(t, "ref-t2v"), ctx: context.Background()}
+	c := &caseRun{Entry: lookup(t, "ref-t2v"), ctx: context.Background()}
 	var mu sync.Mutex
 	var lines []string
-	stop := c.showProgress(&Served{API: &client.Client{BaseURL: hs.URL}}, func(f string, a ...any) {
+	stop := c.showProgress(&serving{API: &client.Client{BaseURL: hs.URL}}, func(f string, a ...any) {
 		mu.Lock()
 		defer mu.Unlock()
 		lines = append(lines, fmt.Sprintf(f, a...))
@@ -146,7 +145,7 @@ func TestReferenceOutputsAreCompared(t *testing.T) {
 
 	r, errs := run()
 	require.Empty(t, errs)
-	runNative := Native{"cat-sepia": {Actual: api.Actual{Engine: "eager"}}, "dog-grey": {Actual: api.Actual{Engine: "eager"}}}
+	runNative := nativeOutputs{"cat-sepia": {Actual: api.Actual{Engine: "eager"}}, "dog-grey": {Actual: api.Actual{Engine: "eager"}}}
 	assert.Contains(t, r.summary(runNative), "carries no reference outputs", "absent: said, not passed off as compared")
 
 	writePNG(filepath.Join(refs, "cat-sepia.png"), 0)
@@ -169,11 +168,11 @@ func TestReferenceOutputsAreCompared(t *testing.T) {
 	require.NoError(t, os.RemoveAll(refs))
 
 	// Written on request from native outputs, then held to from the next run on.
-	native := Native{}
+	native := nativeOutputs{}
 	for key, shift := range map[string]int{"cat-sepia": 0, "dog-grey": 1} {
 		p := filepath.Join(dir, "native", key+".png")
 		writePNG(p, shift)
-		native[key] = NativeOutput{Path: p, Actual: api.Actual{Steps: 20, Seed: 42, Precision: "bf16", Engine: "regional-compile", Layout: "single"}}
+		native[key] = nativeOutput{Path: p, Actual: api.Actual{Steps: 20, Seed: 42, Precision: "bf16", Engine: "regional-compile", Layout: "single"}}
 	}
 	w := &referenceOutputs{dir: refs}
 	n, err := w.write(native, spec.ImageEdit, false)
@@ -189,7 +188,7 @@ func TestReferenceOutputsAreCompared(t *testing.T) {
 	assert.Contains(t, r.summary(native), "made with this run's runtime (engine regional-compile, layout single)")
 
 	// Keyed by runtime: a later run under another engine or layout is told so, per input.
-	other := Native{}
+	other := nativeOutputs{}
 	for key, n := range native {
 		n.Actual.Engine = "eager"
 		if key == "dog-grey" {
@@ -216,10 +215,10 @@ func fakeBundle(t *testing.T, e spec.Entry, commit string) string {
 	return dir
 }
 
-func newCase(t *testing.T, id string) *Case {
+func newCase(t *testing.T, id string) *caseRun {
 	e := lookup(t, id)
 	row := NewRow(e)
-	return &Case{T: t, Entry: e, Row: &row, Config: Config{GPUs: "0"}, ctx: context.Background()}
+	return &caseRun{T: t, Entry: e, Row: &row, Config: Config{GPUs: "0"}, ctx: context.Background()}
 }
 
 // A bundle whose revision is not the row's fails the inventory stage, naming both, before
@@ -229,7 +228,7 @@ func TestInventoryFailsOnAnotherRevision(t *testing.T) {
 	for _, id := range []string{"Qwen/Qwen-Image-Edit-2511", "Wan-AI/Wan2.2-TI2V-5B"} { // full and short revisions
 		e := lookup(t, id)
 		fakeBundle(t, e, other)
-		_, _, err := Inventory(newCase(t, id))
+		_, _, err := newCase(t, id).inventory()
 		require.Error(t, err, id)
 		assert.Contains(t, err.Error(), "check bundle-revision:", id)
 		assert.Contains(t, err.Error(), e.Revision, id)
@@ -238,12 +237,12 @@ func TestInventoryFailsOnAnotherRevision(t *testing.T) {
 		// The row's own revision passes (a short one as the prefix of the full commit).
 		full := e.Revision + other[len(e.Revision):]
 		fakeBundle(t, e, full)
-		b, msg, err := Inventory(newCase(t, id))
+		b, msg, err := newCase(t, id).inventory()
 		require.NoError(t, err, id)
 		assert.Contains(t, msg, "bundle revision "+full+" matches the row's "+e.Revision)
 		assert.Equal(t, full, b.Commit, "handed on to correctness")
 	}
-	assert.Equal(t, stages.Inventory, stages.For(lookup(t, "Qwen/Qwen-Image-Edit-2511"))[0], "the inventory stage runs first")
+	assert.Equal(t, StageInventory, Stages(lookup(t, "Qwen/Qwen-Image-Edit-2511"))[0], "the inventory stage runs first")
 }
 
 // A bundle that states no revision cannot stand for a row that pins one.
@@ -251,13 +250,13 @@ func TestInventoryFailsOnABundleWithoutRevision(t *testing.T) {
 	e := lookup(t, "Qwen/Qwen-Image-Edit-2511")
 	dir := fakeBundle(t, e, "x")
 	require.NoError(t, os.RemoveAll(filepath.Join(dir, ".cache")))
-	_, _, err := Inventory(newCase(t, e.ID))
+	_, _, err := newCase(t, e.ID).inventory()
 	assert.ErrorContains(t, err, "check bundle-revision: the row pins revision "+e.Revision+", but the bundle states none")
 
 	// An L0-random bundle is no revision's weights: not held to one, and capped.
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "L0-RANDOM.txt"), nil, 0o644))
 	c := newCase(t, e.ID)
-	_, msg, err := Inventory(c)
+	_, msg, err := c.inventory()
 	require.NoError(t, err)
 	assert.Contains(t, msg, "L0-random bundle: no revision to check")
 	c.Row.Earn()
@@ -270,7 +269,7 @@ func TestRowWithoutRevisionEarnsAtMostImplemented(t *testing.T) {
 	require.Empty(t, e.Revision, "the seeds give Wan2.1 no revision")
 	fakeBundle(t, e, "0123456789abcdef0123456789abcdef01234567")
 	c := newCase(t, e.ID)
-	_, msg, err := Inventory(c)
+	_, msg, err := c.inventory()
 	require.NoError(t, err)
 	assert.Contains(t, msg, "the row pins no revision, the bundle holds 0123456789abcdef0123456789abcdef01234567")
 	c.Row.Earn()
@@ -283,7 +282,7 @@ func TestRowWithoutRevisionEarnsAtMostImplemented(t *testing.T) {
 func TestBundleDigestComparedWithPublished(t *testing.T) {
 	c := newCase(t, "Qwen/Qwen-Image-Edit-2511")
 	c.Config.Root = "../.."
-	b := Bundle{Commit: c.Entry.Revision}
+	b := bundleFacts{Commit: c.Entry.Revision}
 	msg, err := c.publishedDigest(b, strings.Repeat("ab", 32))
 	require.NoError(t, err)
 	assert.Contains(t, msg, "no published qualification of revision "+c.Entry.Revision, "the published Qwen run was L0-random: not a revision's weights")
@@ -333,7 +332,7 @@ func TestRequestPlan(t *testing.T) {
 // An endpoint's departures from the contract are findings in the row, not failures; an
 // endpoint that follows it has none.
 func TestEndpointDeparturesAreFindings(t *testing.T) {
-	c := &Case{Config: Config{Target: Target{Profile: wire.SGLang}}}
+	c := &caseRun{Config: Config{Target: Target{Profile: wire.SGLang}}}
 	bad := wireStep("error", http.MethodPost, "/v1/videos")
 	bad.Response.Status, bad.Response.Body = 422, []byte(`{"detail":"prompt: field required"}`)
 	del := wireStep("delete", http.MethodDelete, "/v1/videos/v1")
@@ -347,7 +346,7 @@ func TestEndpointDeparturesAreFindings(t *testing.T) {
 		assert.Contains(t, names, want)
 	}
 
-	good := &Case{Config: Config{Target: Target{Profile: wire.Mediaserve}}}
+	good := &caseRun{Config: Config{Target: Target{Profile: wire.Mediaserve}}}
 	ok := wireStep("error", http.MethodPost, "/v1/videos")
 	ok.Response.Status, ok.Response.Body = 400, []byte(`{"error":{"message":"model is required","type":"invalid_request_error","param":"model","code":"invalid_request"}}`)
 	good.steps = []wire.Step{ok}
@@ -357,8 +356,8 @@ func TestEndpointDeparturesAreFindings(t *testing.T) {
 // A stage that could not compare is reported as not passed, and the case is not failed by it.
 func TestNotComparedIsNeverAPass(t *testing.T) {
 	row := reports.Row{}
-	c := &Case{T: t, Row: &row}
-	c.stage("identity", func() (string, error) { return "", NotCompared{"no native path"} })
+	c := &caseRun{T: t, Row: &row}
+	c.stage("identity", func() (string, error) { return "", notCompared{"no native path"} })
 	require.Len(t, row.Stages, 1)
 	assert.False(t, row.Stages[0].Passed)
 	assert.Equal(t, "not compared: no native path", row.Stages[0].Message)
@@ -381,21 +380,21 @@ func TestLayoutFromTheModelsDeclaration(t *testing.T) {
 func TestTaskSpeedAndEncodeQuality(t *testing.T) {
 	e := spec.Entry{Checkpoint: spec.Checkpoint{Defaults: spec.Settings{Steps: 2}},
 		DenoiseFLOPs: func(spec.Settings) float64 { return 2e12 }}
-	withDenoise := Artifact{PSNR: 30}
+	withDenoise := artifact{PSNR: 30}
 	withDenoise.timing.TaskPhasesMS = map[string]float64{"denoise": 200}
 	tm := &reports.Timing{}
-	taskSpeed(tm, e, []Artifact{withDenoise, withDenoise})
+	taskSpeed(tm, e, []artifact{withDenoise, withDenoise})
 	assert.Equal(t, 100.0, tm.DenoiseMSPerStep)
 	assert.Equal(t, 2.0, tm.DenoiseTFLOPPerStep)
 	assert.InDelta(t, 20.0, tm.AchievedTFLOPS, 1e-9)
 
 	none := &reports.Timing{}
-	taskSpeed(none, e, []Artifact{{}})
+	taskSpeed(none, e, []artifact{{}})
 	e.DenoiseFLOPs = nil
-	taskSpeed(none, e, []Artifact{withDenoise})
+	taskSpeed(none, e, []artifact{withDenoise})
 	assert.Zero(t, none.AchievedTFLOPS, "no phase or no count: no figure")
 
-	encodeQuality(tm, []Artifact{withDenoise, {PSNR: 40}, {}})
+	encodeQuality(tm, []artifact{withDenoise, {PSNR: 40}, {}})
 	assert.Equal(t, 30.0, tm.EncodePSNRMinDB)
 	assert.Equal(t, 35.0, tm.EncodePSNRMeanDB)
 }
@@ -409,13 +408,13 @@ func TestEndpointGPURowNeedsNoLocalBundle(t *testing.T) {
 		t.Setenv("MEDIAQUAL_BUNDLES", root)
 		e := lookup(t, "Wan-AI/Wan2.1-T2V-1.3B")
 		row := NewRow(e)
-		c := &Case{T: t, Entry: e, Row: &row, ctx: context.Background(), Config: Config{
+		c := &caseRun{T: t, Entry: e, Row: &row, ctx: context.Background(), Config: Config{
 			Mediaserve: "/usr/local/bin/mediaserve", Target: Target{Endpoint: "http://gpu-host:8000", Profile: wire.Mediaserve}}}
-		var b Bundle
-		require.True(t, c.stage(stages.Inventory, func() (s string, err error) { b, s, err = Inventory(c); return }), "inventory")
-		c.stage(stages.Correctness, func() (string, error) { _, s, err := Correctness(c, b); return s, err })
-		c.stage(stages.Identity, func() (string, error) {
-			return Identity(c, nil, Artifacts{Served: []Artifact{{Path: "served.mp4"}}})
+		var b bundleFacts
+		require.True(t, c.stage(StageInventory, func() (s string, err error) { b, s, err = c.inventory(); return }), "inventory")
+		c.stage(StageCorrectness, func() (string, error) { _, s, err := c.correctness(b); return s, err })
+		c.stage(StageIdentity, func() (string, error) {
+			return c.identity(nil, artifactSet{Served: []artifact{{Path: "served.mp4"}}})
 		})
 		require.Len(t, row.Stages, 3)
 		assert.True(t, row.Stages[0].Passed)
@@ -437,7 +436,7 @@ func TestCorruptGoldensAreRefused(t *testing.T) {
 	file := filepath.Join(dir, "goldens.json")
 	e := lookup(t, "ref-t2v")
 	e.Goldens = file
-	c := &Case{Entry: e}
+	c := &caseRun{Entry: e}
 	require.NoError(t, os.WriteFile(file, []byte(`{"other/a": "1"}`), 0o644))
 	require.NoError(t, c.saveGoldens(map[string]string{"ref-t2v/a": "2"}))
 	b, err := os.ReadFile(file)

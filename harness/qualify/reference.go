@@ -23,7 +23,7 @@ import (
 
 // referenceOutputs is the row's criterion against the reference outputs its bundle carries
 // (spec.ReferenceOutputsDir), nil where the row declares none.
-func (c *Case) referenceOutputs() *referenceOutputs {
+func (c *caseRun) referenceOutputs() *referenceOutputs {
 	if c.Entry.ReferenceOutputs == nil {
 		return nil
 	}
@@ -68,7 +68,7 @@ func (r *referenceOutputs) compare(ctx context.Context, key string, got []*image
 // write copies each native output to the reference-output directory when asked and the bundle
 // has none yet: the adapter's exact recipe, for a later run on another machine or stack. It
 // returns how many it wrote (and compare then has nothing to hold them to).
-func (r *referenceOutputs) write(native Native, w spec.Capability, asked bool) (int, error) {
+func (r *referenceOutputs) write(native nativeOutputs, w spec.Capability, asked bool) (int, error) {
 	if r == nil || !asked || r.present() {
 		return 0, nil
 	}
@@ -110,7 +110,7 @@ type recipe struct {
 // runtimeNote says how this run's runtime (engine, layout) stands to the one the reference
 // outputs were made with: the same, another (bytes may then differ; the SSIM criterion still
 // holds them), or unknown (made elsewhere, no recipe).
-func (r *referenceOutputs) runtimeNote(native Native) string {
+func (r *referenceOutputs) runtimeNote(native nativeOutputs) string {
 	b, err := os.ReadFile(filepath.Join(r.dir, recipeFile))
 	if errors.Is(err, fs.ErrNotExist) {
 		return "made elsewhere (no " + recipeFile + "): their engine and layout are unknown"
@@ -150,7 +150,7 @@ func (r *referenceOutputs) present() bool {
 	return !errors.Is(err, fs.ErrNotExist)
 }
 
-func (r *referenceOutputs) summary(native Native) string {
+func (r *referenceOutputs) summary(native nativeOutputs) string {
 	if !r.present() {
 		return "the bundle carries no reference outputs (" + spec.ReferenceOutputsDir + "/): not compared"
 	}

@@ -28,9 +28,9 @@ import (
 // pollEvery is the suite's stated polling cadence for video jobs.
 const pollEvery = 100 * time.Millisecond
 
-// Served is the server the serve stage made ready: mediaserve it launched, or an endpoint
+// serving is the server the serve stage made ready: mediaserve it launched, or an endpoint
 // that was already running.
-type Served struct {
+type serving struct {
 	URL      string
 	API      *client.Client
 	Profile  wire.Profile
@@ -41,10 +41,10 @@ type Served struct {
 	ledgerPath  string // a launched mediaserve's; "" for an endpoint
 }
 
-// Serve is the stage "serve": mediaserve launched for this row and ready (load is not timed),
+// serve is the stage "serve": mediaserve launched for this row and ready (load is not timed),
 // or the configured endpoint answering; either way /v1/models reconciles with the inventory.
-func Serve(c *Case) (*Served, string, error) {
-	var s *Served
+func (c *caseRun) serve() (*serving, string, error) {
+	var s *serving
 	var how string
 	var err error
 	if c.Config.Target.External() {
@@ -102,8 +102,8 @@ func Serve(c *Case) (*Served, string, error) {
 const pollHold = time.Second
 
 // launch starts mediaserve for this row and waits for readiness.
-func (c *Case) launch() (*Served, string, error) {
-	s := &Served{Profile: wire.Mediaserve, artifactDir: filepath.Join(c.Dir, "artifacts"), ledgerPath: filepath.Join(c.Dir, "ledger.jsonl")}
+func (c *caseRun) launch() (*serving, string, error) {
+	s := &serving{Profile: wire.Mediaserve, artifactDir: filepath.Join(c.Dir, "artifacts"), ledgerPath: filepath.Join(c.Dir, "ledger.jsonl")}
 	layout, err := c.layout()
 	if err != nil {
 		return nil, "", check.Fail("launch", "%w", err)
@@ -142,11 +142,11 @@ func (c *Case) launch() (*Served, string, error) {
 
 // endpoint takes the configured endpoint as it is: nothing is launched, and a refused
 // request shows its error shape.
-func (c *Case) endpoint() (*Served, string, error) {
+func (c *caseRun) endpoint() (*serving, string, error) {
 	t := c.Config.Target
 	p := t.Profile
 	url := strings.TrimRight(t.Endpoint, "/")
-	s := &Served{URL: url, Profile: p, External: true, API: &client.Client{BaseURL: url, APIKey: t.APIKey, PollEvery: pollEvery, HTTP: c.httpClient(), Profile: p}}
+	s := &serving{URL: url, Profile: p, External: true, API: &client.Client{BaseURL: url, APIKey: t.APIKey, PollEvery: pollEvery, HTTP: c.httpClient(), Profile: p}}
 	c.Row.Mode = "external endpoint (" + p.Name + " wire profile), not launched by the suite"
 	if c.Config.Fault != "" {
 		return nil, "", check.Fail("launch", "%s=%s needs a launched mediaserve, not an endpoint", EnvFault, c.Config.Fault)
@@ -168,7 +168,7 @@ func (c *Case) endpoint() (*Served, string, error) {
 
 // exchange sends one request (a JSON body of fields, or none) and keeps it as a wire.Step,
 // so the server's departures from the contract can be assessed.
-func (s *Served) exchange(ctx context.Context, step, method, path string, fields map[string]string) (wire.Step, error) {
+func (s *serving) exchange(ctx context.Context, step, method, path string, fields map[string]string) (wire.Step, error) {
 	var st wire.Step
 	st.Step = step
 	st.Request.Method, st.Request.Path, st.Request.Fields = method, path, fields
@@ -205,7 +205,7 @@ func (s *Served) exchange(ctx context.Context, step, method, path string, fields
 }
 
 // versions are the versions of what served the run.
-func (c *Case) versions(s *Served) map[string]string {
+func (c *caseRun) versions(s *serving) map[string]string {
 	v := map[string]string{"go": runtime.Version()}
 	if out, err := exec.Command("ffmpeg", "-version").Output(); err == nil {
 		v["ffmpeg"] = strings.TrimPrefix(strings.SplitN(string(out), " Copyright", 2)[0], "ffmpeg version ")

@@ -19,12 +19,12 @@ import (
 )
 
 // Every native record is held to what its input asked (check actual-settings), with the diff.
-// Correctness calls nativeActual on the records `mediaserve task` wrote; before it, nothing
+// correctness calls nativeActual on the records `mediaserve task` wrote; before it, nothing
 // read a native record's actual.
 func TestNativeRecordsAreHeldToTheirSettings(t *testing.T) {
 	e := lookup(t, "ref-t2v")
 	row := NewRow(e)
-	c := &Case{T: t, Entry: e, Config: Defaults(), Row: &row}
+	c := &caseRun{T: t, Entry: e, Config: Defaults(), Row: &row}
 	items, err := c.items()
 	require.NoError(t, err)
 	honest := func(a api.Settings) api.Actual {
@@ -32,9 +32,9 @@ func TestNativeRecordsAreHeldToTheirSettings(t *testing.T) {
 		require.NoError(t, err)
 		return api.Actual{NumFrames: a.NumFrames, Width: sz.W, Height: sz.H, FPS: a.FPS, Steps: a.Steps, Guidance: a.Guidance, Seed: a.Seed}
 	}
-	native := Native{}
+	native := nativeOutputs{}
 	for _, it := range items {
-		native[it.key] = NativeOutput{Actual: honest(it.asked)}
+		native[it.key] = nativeOutput{Actual: honest(it.asked)}
 	}
 	assert.Empty(t, nativeActual(items, native))
 
@@ -74,24 +74,24 @@ func editRecord(t *testing.T, w, h int, actual *api.Actual) aiperf.RawRecord {
 // failing with the served check removed from FetchArtifacts (every doctored actual passed).
 func TestServedActualSettings(t *testing.T) {
 	e := lookup(t, "ref-edit")
-	fetch := func(external bool, actual *api.Actual) (*Case, string, error) {
+	fetch := func(external bool, actual *api.Actual) (*caseRun, string, error) {
 		row := NewRow(e)
 		row.Counts = map[string]int{}
 		cfg := Defaults()
 		if external {
 			cfg.Target.Endpoint = "http://endpoint.invalid"
 		}
-		c := &Case{T: t, Entry: e, Config: cfg, Row: &row, Dir: t.TempDir()}
+		c := &caseRun{T: t, Entry: e, Config: cfg, Row: &row, Dir: t.TempDir()}
 		items, err := c.items()
 		require.NoError(t, err)
 		it := items[0]
-		r := Request{item: it, RequestID: "r1", JobID: "edit_1", raw: editRecord(t, e.Defaults.Size.W, e.Defaults.Size.H, actual), actual: actual}
+		r := aiperfRequest{item: it, RequestID: "r1", JobID: "edit_1", raw: editRecord(t, e.Defaults.Size.W, e.Defaults.Size.H, actual), actual: actual}
 		if !external {
 			png, err := check.EditResponse(r.raw)
 			require.NoError(t, err)
 			r.declared.SHA256 = digest(png)
 		}
-		_, msg, err := FetchArtifacts(c, &Served{External: external}, nil, AIPerfRun{Requests: []Request{r}})
+		_, msg, err := c.fetchArtifacts(&serving{External: external}, nil, aiperfRun{Requests: []aiperfRequest{r}})
 		return c, msg, err
 	}
 	d := e.Defaults
@@ -134,8 +134,8 @@ func TestUnreadableMediaserveIsAnError(t *testing.T) {
 	row := NewRow(e)
 	cfg := Defaults()
 	cfg.Mediaserve = t.TempDir() + "/no-such-mediaserve"
-	c := &Case{T: t, Entry: e, Config: cfg, Row: &row, Dir: t.TempDir(), ctx: t.Context()}
-	_, _, err := Correctness(c, Bundle{})
+	c := &caseRun{T: t, Entry: e, Config: cfg, Row: &row, Dir: t.TempDir(), ctx: t.Context()}
+	_, _, err := c.correctness(bundleFacts{})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "the mediaserve binary, which is this row's bundle")
 	assert.Empty(t, row.Bundle, "no digest recorded")

@@ -18,7 +18,7 @@ import (
 // output size stays the pinned one). The request must complete with the settings asked; its
 // request id is the suite's own, which the aiperf stage's accounting does not hold against
 // the server. Returns what it did, for the stage's message.
-func (c *Case) shapeProbe(s *Served) (string, error) {
+func (c *caseRun) shapeProbe(s *serving) (string, error) {
 	if s == nil {
 		return "", nil // the serve stage failed; the aiperf stage says so
 	}

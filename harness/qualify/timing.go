@@ -17,11 +17,11 @@ import (
 	"github.com/mediaqual/mediaqual/reports"
 )
 
-// Timing is the stage "timing": AIPerf's client end-to-end latency against the server's Task
+// timing is the stage "timing": AIPerf's client end-to-end latency against the server's Task
 // time, per request joined on X-Request-ID, over measured requests only (warmup, load and
 // start-up are outside). A launched mediaserve must report its Task-call wall; an endpoint
 // that reports no Task time is timed by the client alone, and the row says so.
-func Timing(c *Case, a Artifacts) (string, error) {
+func (c *caseRun) timing(a artifactSet) (string, error) {
 	var lat, task, over []float64
 	var first, last int64
 	frames := 0
@@ -106,7 +106,7 @@ func Timing(c *Case, a Artifacts) (string, error) {
 
 // taskSpeed sets the denoise figures for a row with a FLOP count whose Task reports its
 // denoise phase: ms a step (p50) and the TFLOP/s that achieves.
-func taskSpeed(tm *reports.Timing, e spec.Entry, measured []Artifact) {
+func taskSpeed(tm *reports.Timing, e spec.Entry, measured []artifact) {
 	if e.DenoiseFLOPs == nil || e.Defaults.Steps <= 0 {
 		return
 	}
@@ -125,7 +125,7 @@ func taskSpeed(tm *reports.Timing, e spec.Entry, measured []Artifact) {
 }
 
 // encodeQuality sets the worst and mean encode PSNR of the artifacts where it was measured.
-func encodeQuality(tm *reports.Timing, measured []Artifact) {
+func encodeQuality(tm *reports.Timing, measured []artifact) {
 	var psnrs []float64
 	for _, s := range measured {
 		if s.PSNR > 0 {
@@ -145,7 +145,7 @@ func encodeQuality(tm *reports.Timing, measured []Artifact) {
 // then the client's share: its latency beyond the server's total (polling, HTTP, transfer).
 // A Task that reports phases is shown by phase, else as one part. A server that reports only
 // its Task time has no parts.
-func timeParts(reqs []Artifact) []reports.TimePart {
+func timeParts(reqs []artifact) []reports.TimePart {
 	if len(reqs) == 0 || reqs[0].timing.TotalMS == 0 {
 		return nil
 	}
@@ -154,7 +154,7 @@ func timeParts(reqs []Artifact) []reports.TimePart {
 		names = append(names, name)
 	}
 	slices.SortFunc(names, func(a, b string) int { return cmp.Compare(phaseOrder(a), phaseOrder(b)) })
-	part := func(name string, of func(s Artifact) float64) reports.TimePart {
+	part := func(name string, of func(s artifact) float64) reports.TimePart {
 		xs := make([]float64, len(reqs))
 		for i, s := range reqs {
 			xs[i] = of(s)
@@ -162,21 +162,21 @@ func timeParts(reqs []Artifact) []reports.TimePart {
 		return reports.TimePart{Name: name, MS: pct(xs, 50)}
 	}
 	parts := []reports.TimePart{
-		part("receive", func(s Artifact) float64 { return s.timing.ReceiveMS }),
-		part("queue", func(s Artifact) float64 { return s.timing.QueueMS }),
+		part("receive", func(s artifact) float64 { return s.timing.ReceiveMS }),
+		part("queue", func(s artifact) float64 { return s.timing.QueueMS }),
 	}
 	if len(names) == 0 {
-		parts = append(parts, part("task", func(s Artifact) float64 { return s.timing.TaskCallWallMS }))
+		parts = append(parts, part("task", func(s artifact) float64 { return s.timing.TaskCallWallMS }))
 	}
 	for _, n := range names {
-		parts = append(parts, part("task: "+n, func(s Artifact) float64 { return s.timing.TaskPhasesMS[n] }))
+		parts = append(parts, part("task: "+n, func(s artifact) float64 { return s.timing.TaskPhasesMS[n] }))
 	}
 	return append(parts,
-		part("hand-over", func(s Artifact) float64 { return s.timing.HandoverMS }),
-		part("encode wait", func(s Artifact) float64 { return s.timing.EncodeWaitMS }),
-		part("encode", func(s Artifact) float64 { return s.timing.EncodeMS }),
-		part("server other", func(s Artifact) float64 { return s.timing.OtherMS }),
-		part("client", func(s Artifact) float64 { return s.LatencyMS - s.timing.TotalMS }))
+		part("hand-over", func(s artifact) float64 { return s.timing.HandoverMS }),
+		part("encode wait", func(s artifact) float64 { return s.timing.EncodeWaitMS }),
+		part("encode", func(s artifact) float64 { return s.timing.EncodeMS }),
+		part("server other", func(s artifact) float64 { return s.timing.OtherMS }),
+		part("client", func(s artifact) float64 { return s.LatencyMS - s.timing.TotalMS }))
 }
 
 // phaseOrder puts known Task phases in the order they run; others follow by name.
@@ -189,7 +189,7 @@ func phaseOrder(name string) int {
 
 // picture writes img under the case's pictures/ and lists it with the row, its path relative
 // to the report directory (pictures are only kept when a report is written).
-func (c *Case) picture(kind, title, name string, img image.Image) error {
+func (c *caseRun) picture(kind, title, name string, img image.Image) error {
 	root := c.Config.ReportDir
 	if root == "" {
 		return nil
@@ -208,7 +208,7 @@ func (c *Case) picture(kind, title, name string, img image.Image) error {
 
 // showArtifact draws the first measured artifact for people to look at: a contact sheet of a
 // clip, or an edit's before/after/difference strip.
-func (c *Case) showArtifact(served []Artifact) error {
+func (c *caseRun) showArtifact(served []artifact) error {
 	if len(served) == 0 || c.Config.ReportDir == "" {
 		return nil
 	}

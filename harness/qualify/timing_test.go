@@ -55,14 +55,14 @@ func TestTimingFailsWithoutAClientLatency(t *testing.T) {
 		x, entries := doctoredExport(t, noLatency, drop)
 		reqs := aiperf.Join(x, entries)
 		require.NoError(t, aiperf.Account(reqs, entries), "every request completed on both sides")
-		run := AIPerfRun{Requests: requestsOf(reqs, nil)}
-		arts := Artifacts{Run: run}
+		run := aiperfRun{Requests: requestsOf(reqs, nil)}
+		arts := artifactSet{Run: run}
 		for _, r := range run.Requests {
-			arts.Served = append(arts.Served, Artifact{Request: r})
+			arts.Served = append(arts.Served, artifact{aiperfRequest: r})
 		}
 		row := NewRow(e)
-		c := &Case{T: t, Entry: e, Config: Defaults(), Row: &row}
-		return Timing(c, arts)
+		c := &caseRun{T: t, Entry: e, Config: Defaults(), Row: &row}
+		return c.timing(arts)
 	}
 	msg, err := timing("", false)
 	require.NoError(t, err, "the whole export")

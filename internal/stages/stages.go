@@ -1,5 +1,7 @@
 // Package stages names the subtests of a qualification, in order, so the suite and the
-// dry-run list agree on them.
+// dry-run list agree on them. harness/qualify exports them to other modules (qualify.Stages,
+// qualify.StageInventory, ...); they are here so that internal/casegen reads them without
+// importing harness.
 package stages
 
 import "github.com/mediaqual/mediaqual/models/spec"
