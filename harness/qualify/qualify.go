@@ -6,7 +6,7 @@
 //
 // Run is the one entry, so that another module can qualify its own rows or its own server
 // from a few lines of its own test, the way go-cloud's drivertest is run from a backend's
-// test (docs/EXTERNAL.md):
+// test (docs/EXTERNAL.md; testdata/external is such a module):
 //
 //	func TestMyModel(t *testing.T) {
 //		cfg, err := qualify.FromEnv(".", "")
