@@ -543,6 +543,7 @@ class DiffusersBackend(pw.TorchBackend):
             # sizes, more than a lent H200 host's 128 GiB. One GPU holds all but the text encoder.
             offload = "text-encoder"
         self.offload = offload
+        self.check_memory(bundle, offload, cfg.layout)
         from diffusers import ComponentsManager
         from diffusers.modular_pipelines import LoopSequentialPipelineBlocks, MiniMaxH3Blocks, MiniMaxH3ModularPipeline
 
@@ -611,6 +612,19 @@ class DiffusersBackend(pw.TorchBackend):
             *g.frame_range(), g.fps, self.memory_note(), self.note_weights(bundle)))
         if cfg.warmup_steps > 0:
             self.warmup(cfg.warmup_steps)
+
+    def check_memory(self, bundle, offload, layout):
+        """Refuses, before anything loads, a layout whose weights cannot fit this host at the
+        bundle's sizes (memory.py: every rank loads a whole copy; where auto offload puts them)."""
+        import memory
+        from pyworker import ranks
+
+        _, world = ranks.parse_layout(layout)
+        p = memory.plan(memory.model_bytes(bundle), offload, world)
+        gpu = self.torch.cuda.get_device_properties(self.device).total_memory if self.cuda else None
+        memory.check(p, layout, offload, memory.host_available(), gpu)
+        log("memory plan: %d rank(s), each %.1f GiB of weights on the host and %.1f GiB on %s" % (
+            world, p["host"] / memory.GIB, p["gpu"] / memory.GIB, "its GPU" if gpu else "the host"))
 
     def memory_note(self):
         """'; GPU peak ... resident ...; host peak RSS ...' for the load log lines."""

@@ -654,6 +654,52 @@ class RealSizeMetaTest(unittest.TestCase):
             self.assertFalse(os.path.exists(out))
 
 
+@testing.needs("torch", "diffusers", "transformers", "accelerate", "torchvision")
+class MemoryPlanTest(unittest.TestCase):
+    """memory.py on the real-size config-only bundle: each model's bytes from its config on the
+    meta device, each layout's per-rank host and GPU bytes, and a layout that cannot fit a lent
+    H200 host (125 GiB available, a 139.8 GiB GPU) refused with its figures, before loading."""
+
+    H200 = {"host_available": 125 * 2**30, "gpu_total": 150_104_850_432}
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp()
+        cls.bundle = build_config_only(cls.tmp, tiny=False)
+        import memory
+
+        cls.memory = memory
+        cls.sizes = memory.model_bytes(cls.bundle)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def fits(self, layout, offload, ranks):
+        self.memory.check(self.memory.plan(self.sizes, offload, ranks), layout, offload, **self.H200)
+
+    def test_bytes_from_the_configs(self):
+        self.assertEqual(self.sizes, REAL_BF16_BYTES)
+
+    def test_layouts_on_an_h200_host(self):
+        self.fits(None, "text-encoder", 1)  # what the published native run did: 62.1 GiB host, 67.5 GPU
+        self.fits(None, "none", 1)  # 129.6 GiB of weights on one 139.8 GiB GPU
+        with self.assertRaisesRegex(RuntimeError, r"layout ulysses-4 with offload text-encoder cannot fit this host: "
+                                                  r"4 rank\(s\) x 62\.1 GiB = 248\.5 GiB of host memory, 125\.0 GiB available"):
+            self.fits("ulysses-4", "text-encoder", 4)
+        with self.assertRaisesRegex(RuntimeError, r"layout single with offload auto cannot fit this host: "
+                                                  r"1 rank\(s\) x 129\.6 GiB = 129\.6 GiB of host memory"):
+            self.fits(None, "auto", 1)  # a real bundle: the ComponentsManager first moves it all to the host
+        p = self.memory.plan(self.sizes, "auto", 4)
+        self.assertEqual((p["host"], p["gpu"]), (sum(REAL_BF16_BYTES.values()), REAL_BF16_BYTES["text_encoder"]))
+
+    def test_the_adapter_refuses_before_loading(self):
+        """On this machine's CPU the whole 129.6 GiB would be host memory: refused by name, with
+        nothing drawn (the check is before the load)."""
+        with self.assertRaisesRegex(RuntimeError, r"cannot fit this host: 1 rank\(s\) x 129\.6 GiB"):
+            adapter.DiffusersBackend(adapter.Config(self.bundle, device="cpu", offload="none"))
+
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
