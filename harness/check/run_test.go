@@ -17,6 +17,15 @@ import (
 	"github.com/mediaqual/mediaqual/models/spec"
 )
 
+// failsWith asserts that err is a check failure naming name (read from the typed failure, as
+// check_test.go's failsWith does from outside the package) and that its message says so.
+func failsWith(t *testing.T, err error, name string) {
+	t.Helper()
+	require.Error(t, err, "want check %s to fail", name)
+	assert.Equal(t, []string{name}, Names(err), "%v", err)
+	assert.Contains(t, err.Error(), "check "+name+":")
+}
+
 func TestAIPerfRunChecksCatchBrokenRuns(t *testing.T) {
 	pinned := func(p string) bool { return p == "a cat" || p == "a dog" }
 	req := func(prompt string, warmup bool) aiperf.Request {
@@ -29,16 +38,17 @@ func TestAIPerfRunChecksCatchBrokenRuns(t *testing.T) {
 	for name, c := range map[string]struct {
 		reqs    []aiperf.Request
 		execErr error
+		check   string
 		want    string
 	}{
-		"non-zero exit":   {good, fmt.Errorf("exit status 1"), "check aiperf-exit: every request is accounted for, yet exit status 1"},
-		"no warmup":       {good[1:], nil, "check aiperf-counts: 0 warmup and 2 measured records, want 1 and 2"},
-		"one short":       {good[:2], nil, "check aiperf-counts: 1 warmup and 1 measured records, want 1 and 2"},
-		"two warmups":     {append([]aiperf.Request{req("a dog", true)}, good...), nil, "check aiperf-counts: 2 warmup"},
-		"unpinned prompt": {[]aiperf.Request{req("a cat", true), req("a cat", false), req("a cow", false)}, nil, `check aiperf-inputs: request r-a cow sent prompt "a cow"`},
+		"non-zero exit":   {good, fmt.Errorf("exit status 1"), "aiperf-exit", "check aiperf-exit: every request is accounted for, yet exit status 1"},
+		"no warmup":       {good[1:], nil, "aiperf-counts", "check aiperf-counts: 0 warmup and 2 measured records, want 1 and 2"},
+		"one short":       {good[:2], nil, "aiperf-counts", "check aiperf-counts: 1 warmup and 1 measured records, want 1 and 2"},
+		"two warmups":     {append([]aiperf.Request{req("a dog", true)}, good...), nil, "aiperf-counts", "check aiperf-counts: 2 warmup"},
+		"unpinned prompt": {[]aiperf.Request{req("a cat", true), req("a cat", false), req("a cow", false)}, nil, "aiperf-inputs", `check aiperf-inputs: request r-a cow sent prompt "a cow"`},
 	} {
 		err := AIPerfRun(c.reqs, c.execErr, 1, 2, pinned)
-		require.Error(t, err, name)
+		failsWith(t, err, c.check)
 		assert.Contains(t, err.Error(), c.want, name)
 	}
 
@@ -46,6 +56,7 @@ func TestAIPerfRunChecksCatchBrokenRuns(t *testing.T) {
 	x.Summary.Version = aiperf.Version
 	require.NoError(t, AIPerfVersion(x))
 	x.Summary.Version = "0.12.0"
+	failsWith(t, AIPerfVersion(x), "aiperf-version")
 	assert.ErrorContains(t, AIPerfVersion(x), "check aiperf-version: the run reports 0.12.0, pinned "+aiperf.Version)
 }
 
@@ -53,6 +64,8 @@ func TestGoldenCatchesChangedOutput(t *testing.T) {
 	a, b := strings.Repeat("a", 64), strings.Repeat("b", 64)
 	goldens := map[string]string{"ref-t2v/prompt-0": a}
 	require.NoError(t, Golden(goldens, false, "ref-t2v/prompt-0", a, "goldens.json"))
+	failsWith(t, Golden(goldens, false, "ref-t2v/prompt-0", b, "goldens.json"), "golden")
+	failsWith(t, Golden(goldens, false, "ref-t2v/prompt-1", a, "goldens.json"), "golden")
 	assert.ErrorContains(t, Golden(goldens, false, "ref-t2v/prompt-0", b, "goldens.json"), "check golden: ref-t2v/prompt-0 frames bbbbbbbbbbbb, golden aaaaaaaaaaaa")
 	assert.ErrorContains(t, Golden(goldens, false, "ref-t2v/prompt-1", a, "goldens.json"), "check golden: no golden for ref-t2v/prompt-1 in goldens.json")
 	require.NoError(t, Golden(goldens, true, "ref-t2v/prompt-1", b, "goldens.json"), "update records")
@@ -69,6 +82,7 @@ func TestInfluenceVerdict(t *testing.T) {
 	require.NoError(t, err, "the negative control's expected gap")
 	assert.Contains(t, msg, "as expected")
 	_, err = InfluenceVerdict("", nil, "ignores-reference")
+	failsWith(t, err, "influence-expected-gap")
 	assert.ErrorContains(t, err, `check influence-expected-gap: the probe did not find the expected gap "ignores-reference"`)
 	_, err = InfluenceVerdict("other-gap", gapErr, "ignores-reference")
 	assert.Equal(t, gapErr, err, "a different gap from the expected one fails")
@@ -89,6 +103,7 @@ func TestEditResponseMustCarryOneImage(t *testing.T) {
 		`not json`:                                           "check edit-response: want one image in data, got 0",
 	} {
 		_, err := EditResponse(rec(body))
+		failsWith(t, err, "edit-response")
 		assert.ErrorContains(t, err, want, body)
 	}
 }
@@ -137,7 +152,9 @@ func TestEncodePSNRMeasuresTheEncoder(t *testing.T) {
 	assert.Greater(t, p, 20.0)
 
 	_, err = EncodePSNR(raw, frames[:1])
+	failsWith(t, err, "encode-psnr")
 	assert.ErrorContains(t, err, "check encode-psnr: raw frames against the 1 decoded")
 	_, err = EncodePSNR(filepath.Join(t.TempDir(), "missing.rgb"), frames)
+	failsWith(t, err, "encode-psnr")
 	assert.ErrorContains(t, err, "check encode-psnr: the native raw frames")
 }
