@@ -117,7 +117,7 @@ func TestDeletedJobMustAnswer404(t *testing.T) {
 		"conflict":     &client.APIError{Status: 409},
 		"no answer":    fmt.Errorf("dial tcp: connection refused"),
 	} {
-		assert.ErrorContains(t, GoneAfterDelete("video_1", err), "check delete:", name)
+		t.Run(name, func(t *testing.T) { failsWith(t, GoneAfterDelete("video_1", err), "delete") })
 	}
 }
 
