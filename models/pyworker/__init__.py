@@ -1,1 +1,1 @@
-"""Family-independent machinery of the Python mediaserve workers (worker.py)."""
+"""Family-independent machinery of the Python mediaserve workers (worker.py names what an adapter uses)."""

@@ -58,7 +58,7 @@ class StepProbe:
     def run(self, call, kwargs):
         """call(**kwargs) with output_type latent and this probe's hooks; returns (prediction,
         latents) of the first step, in fp32 on the device."""
-        pipe, sched = self.pipe, self.pipe.scheduler
+        sched = self.pipe.scheduler
         step = sched.step
         self.got = None
 

@@ -98,8 +98,6 @@ class Group:
     def spawn(self, argv=None, env=None):
         """Rank 0: start ranks 1..world-1 running argv (default: this very command) and watch
         them. Sets the rendezvous address in this process's environment."""
-        import datetime
-
         import torch.distributed as dist
 
         argv = argv or [sys.executable] + sys.argv
@@ -192,30 +190,3 @@ class Group:
             except subprocess.TimeoutExpired:
                 self.log("rank %d did not stop in %d s: killing it" % (r, timeout))
                 p.kill()
-
-
-def follow(family, group, log):
-    """Ranks 1..N-1: load, then run every job rank 0 shares until it shares None. Progress and
-    frames are rank 0's; a failure that is not shared by every rank ends this process."""
-    from .worker import Cancelled, JobError, reference_of, settle_heap
-
-    err = None
-    try:
-        family.load()
-    except Exception as e:
-        err = "%s: %s" % (type(e).__name__, e)
-        log("load failed: %s" % err)
-    if any(group.gather(err)):
-        return 1
-    settle_heap()
-    while True:
-        msg = group.share()
-        if msg is None:
-            return 0
-        try:
-            family.run(msg.get("settings"), reference_of(msg), lambda done, total: None, group.agree)
-        except (Cancelled, JobError):
-            pass  # every rank raised it at the same point; rank 0 reports it
-        except Exception as e:
-            log("job %s failed on rank %d: %s: %s" % (msg.get("id"), group.rank, type(e).__name__, e))
-            return 1

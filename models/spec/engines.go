@@ -7,7 +7,7 @@ import (
 )
 
 // Engines are the engines a Python family's worker can run a row with
-// (models/pyworker/worker.py's ENGINES, which TestEnginesAreTheWorkers holds this list to).
+// (models/pyworker/backend.py's ENGINES, which TestEnginesAreTheWorkers holds this list to).
 // mediaserve's -engine help and check, and the docs that list engines, come from here.
 var Engines = []string{"eager", "regional-compile", "regional-compile-graphs", "regional-compile-fused", "regional-compile-fused-graphs"}
 

@@ -11,13 +11,13 @@ import (
 	"github.com/mediaqual/mediaqual/models/spec"
 )
 
-// The Go list of engines is the workers' own (worker.py's ENGINES tuple, which their --engine
+// The Go list of engines is the workers' own (backend.py's ENGINES tuple, which their --engine
 // accepts), in the same order.
 func TestEnginesAreTheWorkers(t *testing.T) {
-	b, err := os.ReadFile("../pyworker/worker.py")
+	b, err := os.ReadFile("../pyworker/backend.py")
 	require.NoError(t, err)
 	m := regexp.MustCompile(`(?m)^ENGINES = \(([^)]*)\)`).FindSubmatch(b)
-	require.NotNil(t, m, "worker.py has no ENGINES tuple")
+	require.NotNil(t, m, "backend.py has no ENGINES tuple")
 	var py []string
 	for _, q := range regexp.MustCompile(`"([^"]+)"`).FindAllSubmatch(m[1], -1) {
 		py = append(py, string(q[1]))
