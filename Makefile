@@ -32,13 +32,13 @@ AIPERF_VERSION := 0.13.0# harness/aiperf.Version (TestMakefilePinsAIPerf)
 aiperf: python3-venv
 ifeq ($(MEDIAQUAL_AIPERF_VENV),)
 	@if [ -d .cache/aiperf-$(AIPERF_VERSION) ] && [ ! -L .cache/aiperf-$(AIPERF_VERSION) ]; then \
-		$(GO) run ./internal/aiperfinstall; \
+		$(GO) run ./cmd/aiperfinstall; \
 	else \
-		mkdir -p .cache && MEDIAQUAL_AIPERF_VENV=$(VENV_CACHE)/aiperf-$(AIPERF_VERSION) $(GO) run ./internal/aiperfinstall && \
+		mkdir -p .cache && MEDIAQUAL_AIPERF_VENV=$(VENV_CACHE)/aiperf-$(AIPERF_VERSION) $(GO) run ./cmd/aiperfinstall && \
 		ln -sfn $(VENV_CACHE)/aiperf-$(AIPERF_VERSION) .cache/aiperf-$(AIPERF_VERSION); \
 	fi
 else
-	$(GO) run ./internal/aiperfinstall
+	$(GO) run ./cmd/aiperfinstall
 endif
 
 # torch, diffusers and transformers for the CPU tests of several ranks (gloo) and of every
@@ -133,7 +133,7 @@ generate:
 
 # The dry run: every generated case, its stage subtests and the command that runs it.
 list:
-	@$(GO) run ./internal/casegen/gen -list
+	@$(GO) run ./cmd/casegen -list
 
 # The offline kit for the lent GPU machines, in .gpu/ (docs/GPU.md, "The device kit"): wheels
 # and ffmpeg are downloaded once, mediaserve and the gpu-tagged suite binary rebuilt every time.

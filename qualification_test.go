@@ -5,7 +5,7 @@
 // every case has run. docs/QUALIFICATION.md describes the stages.
 package mediaqual_test
 
-//go:generate go run ./internal/casegen/gen
+//go:generate go run ./cmd/casegen
 
 import (
 	"bytes"

@@ -1,7 +1,7 @@
 // Command mergereports combines the reports of shards (parts of one qualification run on
 // different machines, e.g. a GPU matrix) into one report directory:
 //
-//	go run ./internal/mergereports -out DIR shard1/results.json shard2/results.json ...
+//	go run ./cmd/mergereports -out DIR shard1/results.json shard2/results.json ...
 //
 // It writes DIR/results.json, DIR/results.md and DIR/index.html and copies each shard's
 // pictures (the files its rows name, relative to the shard's results.json) into DIR,

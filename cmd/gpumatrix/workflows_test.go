@@ -82,8 +82,8 @@ func TestWorkflowsAreConsistent(t *testing.T) {
 			for _, m := range regexp.MustCompile(`[^.\w]matrix\.(\w+)`).FindAllStringSubmatch(text, -1) {
 				assert.Contains(t, gen.Include[0], m[1], "gpu.yml uses matrix.%s, which the generator does not emit", m[1])
 			}
-			assert.Contains(t, text, "go run ./internal/gpumatrix")
-			assert.Contains(t, text, "go run ./internal/mergereports")
+			assert.Contains(t, text, "go run ./cmd/gpumatrix")
+			assert.Contains(t, text, "go run ./cmd/mergereports")
 		}
 	}
 }

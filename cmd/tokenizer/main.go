@@ -11,7 +11,7 @@ import (
 
 func main() {
 	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: go run ./internal/tokenizer DIR")
+		fmt.Fprintln(os.Stderr, "usage: go run ./cmd/tokenizer DIR")
 		os.Exit(2)
 	}
 	dir, err := fixtures.WriteTokenizer(os.Args[1])

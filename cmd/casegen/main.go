@@ -1,4 +1,4 @@
-// Command gen writes the generated per-checkpoint tests at the module root (go generate);
+// Command casegen writes the generated per-checkpoint tests at the module root (go generate);
 // with -list it prints every case, its stage subtests and its command instead.
 package main
 
