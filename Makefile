@@ -42,7 +42,7 @@ else
 endif
 
 # torch, diffusers and transformers for the CPU tests of several ranks (gloo) and of every
-# adapter on a tiny real pipeline (models/pyworker/pytest.go finds it), keyed by
+# adapter on a tiny real pipeline (models/pyworker/pytest finds it), keyed by
 # scripts/torch-cpu.txt's digest in VENV_CACHE.
 TORCH_VENV ?= $(or $(MEDIAQUAL_TORCH_VENV),.cache/torch-2.11.0)
 TORCH_SHARED := $(VENV_CACHE)/torch-2.11.0-$(shell sha256sum scripts/torch-cpu.txt | cut -c1-12)

@@ -6,7 +6,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/mediaqual/mediaqual/models/pyworker"
+	"github.com/mediaqual/mediaqual/models/pyworker/pytest"
 	"github.com/mediaqual/mediaqual/models/spec"
 )
 
@@ -17,7 +17,7 @@ import (
 // pipeline runs too.
 
 func TestAdapterPythonUnitTests(t *testing.T) {
-	pyworker.UnitTestsWith(t, pyworker.TorchPython(t), "test_adapter")
+	pytest.UnitTestsWith(t, pytest.TorchPython(t), "test_adapter")
 }
 
 // mapScript reads a list of settings on stdin and prints, per item, the adapter's pipeline
@@ -43,7 +43,7 @@ type mapped struct {
 }
 
 func runMapping(t *testing.T, items []spec.Settings) []mapped {
-	return pyworker.Each[spec.Settings, mapped](t, mapScript, items)
+	return pytest.Each[spec.Settings, mapped](t, mapScript, items)
 }
 
 func withPrompt() spec.Settings {
@@ -98,7 +98,7 @@ func TestAdapterPassesTheSeedExactly(t *testing.T) {
 			Generator int64 `json:"generator"`
 		} `json:"kwargs"`
 	}
-	pyworker.Script(t, mapScript, []spec.Settings{s}, &got)
+	pytest.Script(t, mapScript, []spec.Settings{s}, &got)
 	require.Len(t, got, 1)
 	assert.Equal(t, s.Seed, got[0].Kwargs.Generator)
 }
@@ -153,5 +153,5 @@ func TestAdapterRefusesWhatTheRowDoesNotDeclare(t *testing.T) {
 func TestWorkerArgvStartsTheAdapter(t *testing.T) {
 	e := Entries()[0]
 	require.Equal(t, worker(e.Bundle), e.Worker)
-	pyworker.ExpectFatalWithoutBundle(t, e.Worker, e.Bundle)
+	pytest.ExpectFatalWithoutBundle(t, e.Worker, e.Bundle)
 }

@@ -1,9 +1,13 @@
 package pyworker
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/mediaqual/mediaqual/models/pyworker/pytest"
+)
 
 // parity.py's figures and TorchBackend.prepare (parity before ready) on a tiny WanPipeline.
 func TestParityPythonUnitTests(t *testing.T) {
 	t.Parallel()
-	UnitTestsWith(t, TorchPython(t), "test_parity")
+	pytest.UnitTestsWith(t, pytest.TorchPython(t), "test_parity")
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mediaqual/mediaqual/internal/proctest"
+	"github.com/mediaqual/mediaqual/models/pyworker/pytest"
 	"github.com/mediaqual/mediaqual/models/spec"
 	"github.com/mediaqual/mediaqual/server/worker"
 )
@@ -21,7 +22,7 @@ import (
 // run side by side, and beside TestRankedWorkerBehindTheServer: each starts its own groups.
 func TestRanksPythonUnitTests(t *testing.T) {
 	t.Parallel()
-	UnitTestClassesWith(t, TorchPython(t), "test_ranks")
+	pytest.UnitTestClassesWith(t, pytest.TorchPython(t), "test_ranks")
 }
 
 // The server side of a 2-rank worker: a job, a crash of rank 1 reported as worker_crashed and
@@ -30,7 +31,7 @@ func TestRankedWorkerBehindTheServer(t *testing.T) {
 	t.Parallel()
 	var log proctest.Buffer
 	task := worker.New(worker.Config{
-		Argv: []string{TorchPython(t), filepath.Join("testdata", "ranked_worker.py"), "--layout", "ulysses-2"},
+		Argv: []string{pytest.TorchPython(t), filepath.Join("testdata", "ranked_worker.py"), "--layout", "ulysses-2"},
 		Log:  &log, LoadTimeout: 3 * time.Minute, // two ranks importing torch beside the other packages' tests
 	})
 	t.Cleanup(func() { _ = task.Close() })

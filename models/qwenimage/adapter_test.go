@@ -6,7 +6,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/mediaqual/mediaqual/models/pyworker"
+	"github.com/mediaqual/mediaqual/models/pyworker/pytest"
 	"github.com/mediaqual/mediaqual/models/spec"
 )
 
@@ -19,12 +19,12 @@ import (
 // to both in MEDIAQUAL_QWENIMAGE_TINY, which they only read.
 
 func TestAdapterPythonUnitTests(t *testing.T) {
-	python := pyworker.TorchPython(t)
+	python := pytest.TorchPython(t)
 	tiny := t.TempDir()
-	out, err := pyworker.Command(python, "-c", "import sys, test_adapter; test_adapter.build_tiny(sys.argv[1])", tiny).CombinedOutput()
+	out, err := pytest.Command(python, "-c", "import sys, test_adapter; test_adapter.build_tiny(sys.argv[1])", tiny).CombinedOutput()
 	require.NoError(t, err, "building the tiny bundle: %s", out)
-	pyworker.UnchangedAfter(t, tiny)
-	pyworker.UnitTestClassesWith(t, python, "test_adapter", "MEDIAQUAL_QWENIMAGE_TINY="+tiny)
+	pytest.UnchangedAfter(t, tiny)
+	pytest.UnitTestClassesWith(t, python, "test_adapter", "MEDIAQUAL_QWENIMAGE_TINY="+tiny)
 }
 
 // mapScript reads a list of settings on stdin and prints, per item, the adapter's pipeline
@@ -63,7 +63,7 @@ type mapped struct {
 }
 
 func runMapping(t *testing.T, items []spec.Settings) []mapped {
-	return pyworker.Each[spec.Settings, mapped](t, mapScript, items)
+	return pytest.Each[spec.Settings, mapped](t, mapScript, items)
 }
 
 func TestAdapterMapsEveryDeclaredSetting(t *testing.T) {
@@ -123,5 +123,5 @@ func TestAdapterRefusesStepsBelowTheRow(t *testing.T) {
 func TestRowArgvStartsTheAdapter(t *testing.T) {
 	e := Entries()[0]
 	require.Equal(t, []string{"python3", "models/qwenimage/adapter.py", "--bundle-name", e.Bundle, "--warmup-size", "1024x1024"}, e.Worker)
-	pyworker.ExpectFatalWithoutBundle(t, e.Worker, e.Bundle)
+	pytest.ExpectFatalWithoutBundle(t, e.Worker, e.Bundle)
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/mediaqual/mediaqual/models/pyworker"
+	"github.com/mediaqual/mediaqual/models/pyworker/pytest"
 	"github.com/mediaqual/mediaqual/models/spec"
 )
 
@@ -20,7 +20,7 @@ import (
 // the tiny real pipelines run too: the protocol over a real WanPipeline, and frames streamed
 // while the VAE decodes, for Wan2.1's VAE and Wan2.2's patched one.
 func TestAdapterPythonUnitTests(t *testing.T) {
-	pyworker.UnitTestsWith(t, pyworker.TorchPython(t), "test_adapter")
+	pytest.UnitTestsWith(t, pytest.TorchPython(t), "test_adapter")
 }
 
 // pinned are the family's per-checkpoint facts the adapter depends on: the UniPC flow_shift
@@ -73,7 +73,7 @@ type mapItem struct {
 }
 
 func runMapping(t *testing.T, items []mapItem) []mapped {
-	return pyworker.Each[mapItem, mapped](t, mapScript, items)
+	return pytest.Each[mapItem, mapped](t, mapScript, items)
 }
 
 func TestAdapterMapsEveryDeclaredSetting(t *testing.T) {
@@ -145,7 +145,7 @@ func TestWorkerArgvStartsTheAdapter(t *testing.T) {
 	for _, e := range Entries() {
 		require.NoError(t, argvPins(e.Worker, pinned[e.ID].flowShift, e.Bundle), e.ID)
 		require.NoError(t, argvWarmsUp(e.Worker, e.Defaults), e.ID)
-		pyworker.ExpectFatalWithoutBundle(t, e.Worker, e.Bundle)
+		pytest.ExpectFatalWithoutBundle(t, e.Worker, e.Bundle)
 	}
 }
 

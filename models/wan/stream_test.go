@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/mediaqual/mediaqual/models/pyworker"
+	"github.com/mediaqual/mediaqual/models/pyworker/pytest"
 	"github.com/mediaqual/mediaqual/models/spec"
 	serverworker "github.com/mediaqual/mediaqual/server/worker"
 )
@@ -23,7 +23,7 @@ import (
 // before the Task returns. The runs are Wan's VAE chunks (1 frame, then 4), they are the
 // output's own first bytes, and the whole clip is the one a run without a sink gives.
 func TestFramesStreamFromTheRealAdapter(t *testing.T) {
-	py := pyworker.TorchPython(t)
+	py := pytest.TorchPython(t)
 	dir := t.TempDir()
 	build := exec.Command(py, "build_l0.py", "--tiny", "--device", "cpu", "--out", dir)
 	out, err := build.CombinedOutput()

@@ -1,4 +1,4 @@
-package pyworker
+package pytest
 
 import (
 	"fmt"
@@ -15,7 +15,7 @@ import (
 // for a module that is really absent (the only skip allowed, and then reported as not run).
 func TestSkipsAreNeverPasses(t *testing.T) {
 	dir := t.TempDir()
-	root, err := filepath.Abs("..")
+	root, err := filepath.Abs(filepath.Join("..", ".."))
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "test_quiet.py"), []byte(fmt.Sprintf(`
 import sys, unittest

@@ -1,7 +1,8 @@
-// Package pyworker holds what every Python family's adapter shares: worker.py (the
-// docs/WORKER.md protocol), testing.py (its test scaffolding), and these Go helpers with which
-// a family's go test runs its adapter's tests. Nothing in production imports this package.
-package pyworker
+// Package pytest is Go test scaffolding: the helpers with which a family's go test (and
+// models/pyworker's own) runs its adapter's Python tests. models/pyworker beside it holds what
+// every Python family's adapter shares: worker.py (the docs/WORKER.md protocol) and testing.py
+// (its Python test scaffolding). Only _test.go files import this package.
+package pytest
 
 import (
 	"bytes"
