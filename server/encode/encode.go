@@ -25,7 +25,6 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/mediaqual/mediaqual/internal/adler"
 	"github.com/mediaqual/mediaqual/models/spec"
 )
 
@@ -307,7 +306,7 @@ func PNG(w io.Writer, v spec.Video) error {
 			return s.err
 		}
 		parts = append(parts, s.deflated)
-		sum = adler.Combine(sum, s.adler, s.n)
+		sum = adlerCombine(sum, s.adler, s.n)
 	}
 	parts = append(parts, binary.BigEndian.AppendUint32(nil, sum))
 	chunk(bw, "IDAT", parts...)

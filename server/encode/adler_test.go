@@ -1,4 +1,4 @@
-package adler
+package encode
 
 import (
 	"bytes"
@@ -7,9 +7,9 @@ import (
 	"testing"
 )
 
-// TestCombine holds Combine to the checksum of the whole: random pieces, pieces of 0xff (the
+// TestAdlerCombine holds adlerCombine to the checksum of the whole: random pieces, pieces of 0xff (the
 // largest sums), empty ones, and lengths past the modulus.
-func TestCombine(t *testing.T) {
+func TestAdlerCombine(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
 	for i := range 300 {
 		a, b := make([]byte, r.IntN(200000)), make([]byte, r.IntN(200000))
@@ -26,7 +26,7 @@ func TestCombine(t *testing.T) {
 			b[j] = 0xff
 		}
 		want := adler32.Checksum(append(bytes.Clone(a), b...))
-		if got := Combine(adler32.Checksum(a), adler32.Checksum(b), len(b)); got != want {
+		if got := adlerCombine(adler32.Checksum(a), adler32.Checksum(b), len(b)); got != want {
 			t.Fatalf("combine of %d and %d bytes: %08x, want %08x", len(a), len(b), got, want)
 		}
 	}
