@@ -3,14 +3,11 @@ package qualify
 import (
 	"errors"
 	"fmt"
-	"image"
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/mediaqual/mediaqual/harness/check"
-	"github.com/mediaqual/mediaqual/harness/media"
 	"github.com/mediaqual/mediaqual/models/spec"
 )
 
@@ -135,96 +132,4 @@ func (c *caseRun) content(s *serving, jobID string) ([]byte, error) {
 		c.steps = append(c.steps, step)
 	}
 	return data, err
-}
-
-// identity is the stage "identity": every served artifact equals the native artifact for the
-// same inputs, bytes and decoded frames. Without a native path it is not compared.
-func (c *caseRun) identity(native nativeOutputs, a artifactSet) (string, error) {
-	if len(a.Served) == 0 || a.Served[0].Path == "" {
-		return "", errors.New("no served artifacts: the artifacts stage failed")
-	}
-	if len(native) == 0 {
-		return "", notCompared{"no native path for " + c.Entry.ID + " here: nothing to hold the served artifacts to"}
-	}
-	for _, s := range a.Served {
-		n, ok := native[s.item.key]
-		if !ok {
-			return "", fmt.Errorf("no native result for %s", s.item.key)
-		}
-		if err := check.Identity(s.SHA256, n.SHA256, s.Decoded, n.Decoded); err != nil {
-			return "", fmt.Errorf("%s (request %s): %w", s.item.key, s.RequestID, err)
-		}
-	}
-	msg := fmt.Sprintf("%d served artifacts byte-identical to the native path, decoded frames equal", len(a.Served))
-	if l, err := c.layout(); err == nil && l != "" {
-		// Both ran it (the server fails any result of another layout); others may differ.
-		msg += fmt.Sprintf(", both under layout %s (another layout may give other bytes)", l)
-	}
-	return msg, nil
-}
-
-// influence is the stage "influence", the reference-influence probe of image_edit: the same
-// instruction on two different pinned references.
-func (c *caseRun) influence(s *serving) (string, error) {
-	if s == nil {
-		return "", errors.New("no server: the serve stage failed")
-	}
-	items, err := c.items()
-	if err != nil {
-		return "", err
-	}
-	if len(items) < 2 {
-		return "", fmt.Errorf("the influence probe needs two references; fixture set has %d", len(items))
-	}
-	a, b := items[0], items[1]
-	b.fields, b.asked = a.fields, a.asked // same instruction and settings, other reference
-	pa, err := c.edit(s, a, casePrefix(c.Entry.ID)+"-influence-a")
-	if err != nil {
-		return "", err
-	}
-	pb, err := c.edit(s, b, casePrefix(c.Entry.ID)+"-influence-b")
-	if err != nil {
-		return "", err
-	}
-	imgs := make([]image.Image, 4)
-	for i, src := range [][]byte{pa, pb, a.ref, b.ref} {
-		if imgs[i], err = media.DecodeImageBytes(src); err != nil {
-			return "", err
-		}
-	}
-	gap, err := check.Influence(imgs[0], imgs[1], imgs[2], imgs[3])
-	c.Row.Gap = gap
-	return check.InfluenceVerdict(gap, err, c.Entry.ExpectGap)
-}
-
-// edit is the suite's own image edit (for the influence probe, not load): one request through
-// the client, its PNG checked against the declared digest (when declared) and kept.
-func (c *caseRun) edit(s *serving, it workItem, requestID string) ([]byte, error) {
-	fields := map[string]string{"model": c.Entry.ID}
-	for k, v := range it.fields {
-		fields[k] = v
-	}
-	r, err := s.API.Edit(c.ctx, fields, it.ref, "reference.png", requestID)
-	if err != nil {
-		return nil, err
-	}
-	if r.SHA256 != "" || !s.External {
-		if err := check.Digest("artifact-digest", digest(r.PNG), r.SHA256); err != nil {
-			return nil, err
-		}
-	}
-	if _, reported := r.Raw["actual"]; reported || !s.External {
-		if err := check.Settings(it.asked, r.Actual); err != nil {
-			return nil, fmt.Errorf("probe %s: %w", requestID, err)
-		}
-	}
-	path := filepath.Join(c.Dir, "probe", requestID+".png")
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return nil, err
-	}
-	return r.PNG, os.WriteFile(path, r.PNG, 0o644)
-}
-
-func casePrefix(id string) string {
-	return strings.NewReplacer("/", "_", ".", "_").Replace(id)
 }

@@ -1,0 +1,34 @@
+package qualify
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/mediaqual/mediaqual/harness/check"
+)
+
+// identity is the stage "identity": every served artifact equals the native artifact for the
+// same inputs, bytes and decoded frames. Without a native path it is not compared.
+func (c *caseRun) identity(native nativeOutputs, a artifactSet) (string, error) {
+	if len(a.Served) == 0 || a.Served[0].Path == "" {
+		return "", errors.New("no served artifacts: the artifacts stage failed")
+	}
+	if len(native) == 0 {
+		return "", notCompared{"no native path for " + c.Entry.ID + " here: nothing to hold the served artifacts to"}
+	}
+	for _, s := range a.Served {
+		n, ok := native[s.item.key]
+		if !ok {
+			return "", fmt.Errorf("no native result for %s", s.item.key)
+		}
+		if err := check.Identity(s.SHA256, n.SHA256, s.Decoded, n.Decoded); err != nil {
+			return "", fmt.Errorf("%s (request %s): %w", s.item.key, s.RequestID, err)
+		}
+	}
+	msg := fmt.Sprintf("%d served artifacts byte-identical to the native path, decoded frames equal", len(a.Served))
+	if l, err := c.layout(); err == nil && l != "" {
+		// Both ran it (the server fails any result of another layout); others may differ.
+		msg += fmt.Sprintf(", both under layout %s (another layout may give other bytes)", l)
+	}
+	return msg, nil
+}

@@ -1,0 +1,79 @@
+package qualify
+
+import (
+	"errors"
+	"fmt"
+	"image"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/mediaqual/mediaqual/harness/check"
+	"github.com/mediaqual/mediaqual/harness/media"
+)
+
+// influence is the stage "influence", the reference-influence probe of image_edit: the same
+// instruction on two different pinned references.
+func (c *caseRun) influence(s *serving) (string, error) {
+	if s == nil {
+		return "", errors.New("no server: the serve stage failed")
+	}
+	items, err := c.items()
+	if err != nil {
+		return "", err
+	}
+	if len(items) < 2 {
+		return "", fmt.Errorf("the influence probe needs two references; fixture set has %d", len(items))
+	}
+	a, b := items[0], items[1]
+	b.fields, b.asked = a.fields, a.asked // same instruction and settings, other reference
+	pa, err := c.edit(s, a, casePrefix(c.Entry.ID)+"-influence-a")
+	if err != nil {
+		return "", err
+	}
+	pb, err := c.edit(s, b, casePrefix(c.Entry.ID)+"-influence-b")
+	if err != nil {
+		return "", err
+	}
+	imgs := make([]image.Image, 4)
+	for i, src := range [][]byte{pa, pb, a.ref, b.ref} {
+		if imgs[i], err = media.DecodeImageBytes(src); err != nil {
+			return "", err
+		}
+	}
+	gap, err := check.Influence(imgs[0], imgs[1], imgs[2], imgs[3])
+	c.Row.Gap = gap
+	return check.InfluenceVerdict(gap, err, c.Entry.ExpectGap)
+}
+
+// edit is the suite's own image edit (for the influence probe, not load): one request through
+// the client, its PNG checked against the declared digest (when declared) and kept.
+func (c *caseRun) edit(s *serving, it workItem, requestID string) ([]byte, error) {
+	fields := map[string]string{"model": c.Entry.ID}
+	for k, v := range it.fields {
+		fields[k] = v
+	}
+	r, err := s.API.Edit(c.ctx, fields, it.ref, "reference.png", requestID)
+	if err != nil {
+		return nil, err
+	}
+	if r.SHA256 != "" || !s.External {
+		if err := check.Digest("artifact-digest", digest(r.PNG), r.SHA256); err != nil {
+			return nil, err
+		}
+	}
+	if _, reported := r.Raw["actual"]; reported || !s.External {
+		if err := check.Settings(it.asked, r.Actual); err != nil {
+			return nil, fmt.Errorf("probe %s: %w", requestID, err)
+		}
+	}
+	path := filepath.Join(c.Dir, "probe", requestID+".png")
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
+	return r.PNG, os.WriteFile(path, r.PNG, 0o644)
+}
+
+func casePrefix(id string) string {
+	return strings.NewReplacer("/", "_", ".", "_").Replace(id)
+}
