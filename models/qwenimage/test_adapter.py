@@ -628,7 +628,8 @@ class CompiledEngineTest(testing.RealWorkerTestCase):
     """--engine regional-compile on the tiny pipeline, on CPU (inductor): the block compiles in
     the warm-up before "ready", whose true CFG has prompts of two lengths; then jobs with
     prompts of other lengths and a reference of the warm-up's aspect ratio run, report the
-    engine and repeat their bytes."""
+    engine and repeat their bytes; a reference of another aspect ratio runs eagerly, and the
+    warm-up's shape keeps its bytes after it."""
 
     @classmethod
     def setUpClass(cls):
@@ -660,16 +661,21 @@ class CompiledEngineTest(testing.RealWorkerTestCase):
         ev, other, _ = self.job("c", prompt="turn the whole picture into a watercolour painting of a cat")
         self.assertEqual(ev["event"], "result", ev)
         self.assertNotEqual(data, other)
-        # A reference of another aspect ratio gives other shapes: that job compiles, and says so.
+        # A reference of another aspect ratio gives other shapes: that job runs eagerly, nothing
+        # compiles inside it (keep_compiled_shapes), and the warm-up's shape keeps its bytes after.
         square = os.path.join(self.tmp, "square.png")
         write_png(square, 64, 64)
         ev, _, _ = self.run_job("d", settings(size="48x32", num_inference_steps=2), reference=square)
         self.assertEqual(ev["event"], "result", ev)
+        _, after, _ = self.job("e")
+        self.assertEqual(data, after, "the pinned shape's bytes after another shape was served")
         self.proc.stdin.close()
         self.assertEqual(self.proc.wait(60), 0)
         self.log.seek(0)
-        compiled = re.findall(r"job (\w+): the compiled engine compiled \d+ new graph", self.log.read())
-        self.assertEqual(compiled, ["d"], "only the job with new shapes compiled")
+        log = self.log.read()
+        self.assertIn("compiled shapes kept", log)
+        compiled = re.findall(r"job (\w+): the compiled engine compiled \d+ new graph", log)
+        self.assertEqual(compiled, [], "no job compiled: the other shape ran eagerly")
 
 
 if __name__ == "__main__":
