@@ -176,6 +176,20 @@ class GroupProtocolTest(unittest.TestCase):
         self.assertIn("failed on rank 1: RuntimeError: pipeline broke on rank 1", err)
         self.assertRegex(err, r"rank 1 (\(pid \d+\) )?exited with status 1")
 
+    def test_an_error_on_rank_0_alone_after_the_steps_keeps_the_ranks_in_step(self):
+        """A frame check that fails on rank 0 only (stream mismatch, frame write, size change)
+        comes after every collective of the job: its error is the job's, and both ranks serve the
+        next job together."""
+        self.ready()
+        job, _ = self.w.run(prompt="mismatch rank 0")
+        ev = self.w.end()
+        self.assertEqual((ev["event"], ev["id"], ev["code"]), ("error", job, "stream_mismatch"), ev)
+        job, out = self.w.run()
+        ev = self.w.end()
+        self.assertEqual((ev["event"], ev["id"]), ("result", job), ev)
+        with open(out, "rb") as f:
+            self.assertEqual(f.read(), bytes([9]) * (2 * 2 * 4 * 3), "both ranks took part")
+
     def test_a_bad_run_is_refused_on_rank_0_alone(self):
         # Refused before it is shared: rank 1 never sees it, and the group serves on.
         self.ready()

@@ -8,6 +8,7 @@ Frames: num_frames frames of WxH, every byte = (sum over ranks of rank+1) * step
   "slow"              sleep 0.2 s a step (time to cancel)
   "crash rank R"      rank R exits with status 7 at step 1
   "raise rank R"      rank R raises RuntimeError at step 1
+  "mismatch rank R"   rank R raises JobError after the last step (rank 0: a frame check's failure)
 Each rank logs "rank R stopped at step S" on stderr when a job is cancelled, and
 "rank R finished job J" when it ends one.
 $RANKED_FAIL_LOAD_RANK=R makes rank R's load fail.
@@ -70,6 +71,10 @@ class Family:
             if cancelled():
                 log("rank %d stopped at step %d" % (self.rank, i + 1))
                 raise pw.Cancelled(i + 1)
+        if prompt == "mismatch rank %d" % self.rank:
+            # As a frame check does on rank 0 after the collectives (a streamed-frames mismatch,
+            # a frame write, a size change): the other ranks finished the job normally.
+            raise pw.JobError("stream_mismatch", "frames do not match on rank %d" % self.rank)
         log("rank %d finished a job" % self.rank)
         import numpy as np
 
