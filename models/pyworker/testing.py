@@ -149,7 +149,7 @@ def missing(*mods):
     return [m for m in mods if importlib.util.find_spec(m) is None]
 
 
-# The reason of a test skipped for missing modules; pyworker.UnitTests (pytest.go) reports such a
+# The reason of a test skipped for missing modules; pytest.UnitTests (models/pyworker/pytest) reports such a
 # test as not run, by name, and fails on any other skip.
 NOT_RUN = "not run: missing python modules: "
 
