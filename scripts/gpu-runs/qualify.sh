@@ -10,7 +10,7 @@ row=$1 builder=$2
 source .gpu/setup.sh || exit 1
 set -x
 tag=$row-${MEDIAQUAL_ENGINE:-row-engine}-${MEDIAQUAL_LAYOUT:-row-layout}-c${MEDIAQUAL_CONCURRENCY:-1}
-export MEDIAQUAL_BUNDLES=/tmp/bundles MEDIAQUAL_GPUS=${MEDIAQUAL_GPUS:-0} MEDIAQUAL_REPORT_DIR=/tmp/rep-$tag
+export MEDIAQUAL_BUNDLES=/tmp/bundles MEDIAQUAL_GPUS=${MEDIAQUAL_GPUS:-0} MEDIAQUAL_REPORT_DIR=${MEDIAQUAL_REPORT_DIR:-/tmp/rep-$tag}
 # The device's 64 GB disk holds one big bundle at a time (Qwen's is 57.7 GB).
 case $builder in qwen) rm -rf /tmp/bundles/Wan-AI ;; *) rm -rf /tmp/bundles/Qwen ;; esac
 case $builder in

@@ -1,0 +1,92 @@
+// Package gpuruns holds the tests of the device scripts in scripts/gpu-runs that can run without
+// a GPU.
+package gpuruns
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// fakeQualify stands in for qualify.sh: it writes what qualify.sh's run writes (test2json lines,
+// a native output, a ledger), waits for the file "go" beside it, then leaves its archive in $OUT.
+const fakeQualify = `#!/bin/bash
+here=$(dirname "$0")
+mkdir -p "$MEDIAQUAL_REPORT_DIR/cases/x/native/p0" && touch "$MEDIAQUAL_REPORT_DIR/cases/x/native/p0/frames.rgb"
+printf '=== RUN   TestWan2_2\n=== RUN   TestWan2_2/correctness\n=== RUN   TestWan2_2/aiperf\n' >"$OUT/test2json-$1.out"
+printf '{"event":"job","job_id":"a"}\n{"event":"job","job_id":"b"}\n' >"$MEDIAQUAL_REPORT_DIR/cases/x/ledger.jsonl"
+while [ ! -f "$here/go" ]; do sleep 0.05; done
+echo "args $1 $2"
+echo "- timing: overhead p50 1.0 ms"
+echo archive >"$OUT/run-$1.tgz"
+`
+
+func run(t *testing.T, env []string, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command("bash", append([]string{"detached.sh"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return string(out), ee.ExitCode()
+	}
+	require.NoError(t, err, string(out))
+	return string(out), 0
+}
+
+// A detached run: started, refused a second time while it runs, followed (stage, Tasks), and
+// once it ended its archive handed to the next command's $OUT; a machine without a run says so.
+func TestDetachedRun(t *testing.T) {
+	tmp := t.TempDir()
+	fake := filepath.Join(tmp, "qualify.sh")
+	require.NoError(t, os.WriteFile(fake, []byte(fakeQualify), 0o755))
+	out1, out2 := filepath.Join(tmp, "out1"), filepath.Join(tmp, "out2")
+	require.NoError(t, os.MkdirAll(out1, 0o755))
+	require.NoError(t, os.MkdirAll(out2, 0o755))
+	state := filepath.Join(tmp, "state")
+	env := []string{"DETACHED_DIR=" + state, "QUALIFY=" + fake}
+
+	got, rc := run(t, append(env, "OUT="+out1), "status")
+	assert.Equal(t, 2, rc)
+	assert.Contains(t, got, "no detached run on this machine")
+
+	got, rc = run(t, append(env, "OUT="+out1), "start", "Wan2.2", "wan22")
+	require.Equal(t, 0, rc, got)
+	assert.Contains(t, got, "started detached: Wan2.2 (wan22)")
+
+	got, rc = run(t, append(env, "OUT="+out1), "start", "Wan2.2", "wan22")
+	assert.Equal(t, 2, rc, "a second start while the first runs is refused")
+	assert.Contains(t, got, "not started: a detached run is going already: Wan2.2 wan22")
+
+	require.Eventually(t, func() bool {
+		got, _ = run(t, append(env, "OUT="+out2), "status")
+		return strings.Contains(got, "stage aiperf")
+	}, 10*time.Second, 50*time.Millisecond, got)
+	assert.Contains(t, got, "Wan2.2 wan22: stage aiperf, native Tasks 1, served jobs 2, elapsed")
+	assert.Contains(t, got, "running (pid")
+	assert.NoDirExists(t, filepath.Join(out2, "run-Wan2.2.tgz"))
+
+	require.NoError(t, os.WriteFile(filepath.Join(tmp, "go"), nil, 0o644))
+	require.Eventually(t, func() bool {
+		got, rc = run(t, append(env, "OUT="+out2), "status")
+		return strings.Contains(got, "ended")
+	}, 10*time.Second, 50*time.Millisecond, got)
+	assert.Equal(t, 0, rc, got)
+	assert.Contains(t, got, "ended: qualify.sh exited 0")
+	assert.Contains(t, got, "args Wan2.2 wan22", "the run got the start's arguments")
+	assert.Contains(t, got, "- timing: overhead p50 1.0 ms")
+	b, err := os.ReadFile(filepath.Join(out2, "run-Wan2.2.tgz"))
+	require.NoError(t, err, "the archive is in the status command's $OUT")
+	assert.Equal(t, "archive\n", string(b))
+
+	// Another boot of the machine: the state is not this machine's run.
+	require.NoError(t, os.WriteFile(filepath.Join(state, "machine"), []byte("another-boot\n"), 0o644))
+	got, rc = run(t, append(env, "OUT="+out2), "status")
+	assert.Equal(t, 2, rc)
+	assert.Contains(t, got, "started on another boot of this machine")
+}
