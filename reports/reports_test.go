@@ -100,4 +100,11 @@ func TestDetailsNameEngineAndLayout(t *testing.T) {
 		text = append(text, d.Name+": "+d.Text)
 	}
 	assert.Contains(t, strings.Join(text, "\n"), "parity: rel L2 0.0176, max abs 0.07 against eager; to fp32 0.0125 (eager bf16 0.0146); bound 0.0292")
+
+	row.Parity = &spec.Parity{NotChecked: "no step callback"}
+	text = nil
+	for _, d := range details(row) {
+		text = append(text, d.Name+": "+d.Text)
+	}
+	assert.Contains(t, strings.Join(text, "\n"), "parity: not checked: no step callback", "never figures of zeros or a pass")
 }

@@ -83,6 +83,7 @@ type Parity struct {
 	Bound         float64  `json:"bound"`
 	BoundOf       string   `json:"bound_of"`
 	Passed        bool     `json:"passed"`
+	NotChecked    string   `json:"not_checked,omitempty"` // why the worker ran no parity check
 }
 
 // Timing is the server's account of a job's time: parts that add up to total_ms (docs/API.md).

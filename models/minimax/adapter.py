@@ -396,6 +396,11 @@ class DiffusersBackend(pw.TorchBackend):
     """MiniMaxH3ModularPipeline (t2va workflow) in bf16, CPU-offloaded onto one device."""
 
     precision = PRECISION
+    # Parity before ready (pyworker/parity.py) is not run here, and every ready line and result
+    # says why (docs/GPU.md, "Parity before ready").
+    parity = {"not_checked": "MiniMax-H3's modular pipeline has no step callback or interrupt to stop its "
+                             "call after one step (the adapter's hook reports progress only), and its fp32 "
+                             "floor (the 61.7 GiB transformer as 123 GiB) does not fit one H200 beside the rest"}
 
     def __init__(self, cfg):
         self.cfg = cfg

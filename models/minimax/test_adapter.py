@@ -430,8 +430,10 @@ def first_job(test):
     transformer calls, each reported by the hook in the real loop); returns its result and frames."""
     ready = test.recv()
     test.assertEqual((ready["event"], ready["precision"], ready["weights"]), ("ready", "bf16", "L0-random"), ready)
+    test.assertIn("modular pipeline", ready["parity"]["not_checked"], "the ready line says why parity was not run")
     ev, data, progress = test.job("a")
     test.assertEqual(ev["event"], "result", ev)
+    test.assertEqual(ev["actual"]["parity"], ready["parity"], "and so does every result")
     test.assertEqual((ev["frames"], ev["width"], ev["height"]), (124, 64, 32))
     test.assertEqual(len(data), 124 * 32 * 64 * 3)
     test.assertEqual(progress, [(2, 3), (3, 3)])
@@ -458,7 +460,9 @@ class TinyPipelineTest(testing.RealWorkerTestCase):
 
     def test_protocol_over_the_real_pipeline(self):
         ev, data = first_job(self)
-        self.assertEqual(ev["actual"], {
+        actual = dict(ev["actual"])
+        actual.pop("parity")  # first_job checked it: the reason parity was not run
+        self.assertEqual(actual, {
             "num_frames": 124, "width": 64, "height": 32, "fps": 24, "duration_s": 124 / 24,
             "num_inference_steps": 3, "guidance": 1.0, "seed": 0, "precision": "bf16"})
         self.assertGreater(len(set(data)), 1, "not a constant clip")

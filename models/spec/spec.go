@@ -251,12 +251,17 @@ type Parity struct {
 	Bound         float64  `json:"bound"`
 	BoundOf       string   `json:"bound_of"` // the inequality the bound is in
 	Passed        bool     `json:"passed"`
+	// NotChecked, when set, is why the worker ran no parity check (there are no figures).
+	NotChecked string `json:"not_checked,omitempty"`
 }
 
 // String is the figures in one line, as reports print them.
 func (p *Parity) String() string {
 	if p == nil {
 		return "not measured"
+	}
+	if p.NotChecked != "" {
+		return "not checked: " + p.NotChecked
 	}
 	verdict := "passed"
 	if !p.Passed {
