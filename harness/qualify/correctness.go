@@ -28,6 +28,7 @@ type workItem struct {
 	key    string
 	fields map[string]string
 	ref    []byte
+	image  string       // an edit's fixture image (fixtures.Image), for the shape probe's other aspect
 	asked  api.Settings // the settings the fields ask for, as the actual-settings check reads them
 }
 
@@ -76,7 +77,7 @@ func (c *caseRun) loadItems() ([]workItem, error) {
 			return nil, err
 		}
 		c.Row.Dataset["sent:"+ed.Name] = digest(ref)[:16]
-		out = append(out, workItem{key: ed.Name, fields: s.Fields(e.Controls, e.Workload), ref: ref, asked: asked(e, s)})
+		out = append(out, workItem{key: ed.Name, fields: s.Fields(e.Controls, e.Workload), ref: ref, image: ed.Image, asked: asked(e, s)})
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("fixture set %s has no inputs for %s", e.Fixtures, e.Workload)
@@ -317,31 +318,31 @@ func (c *caseRun) validate(path string, it workItem) ([]*image.RGBA, error) {
 	if e.Workload == spec.TextToVideo {
 		info, err := media.ReadMP4File(path)
 		if err != nil {
-			return nil, &check.Failure{Check: "container", Detail: err.Error()}
+			return nil, check.Fail("container", "%w", err)
 		}
 		if err := check.Clip(info, want); err != nil {
 			return nil, err
 		}
 		p, err := media.FFprobe(c.ctx, path)
 		if err != nil {
-			return nil, &check.Failure{Check: "decodable", Detail: err.Error()}
+			return nil, check.Fail("decodable", "%w", err)
 		}
 		if err := check.Decoded(p, want); err != nil {
 			return nil, err
 		}
 		frames, err := media.DecodeFrames(c.ctx, path)
 		if err != nil {
-			return nil, &check.Failure{Check: "decodable", Detail: err.Error()}
+			return nil, check.Fail("decodable", "%w", err)
 		}
 		if len(frames) != want.NumFrames {
-			return frames, &check.Failure{Check: "decoded-frames", Detail: fmt.Sprintf("decoded %d frames, asked %d", len(frames), want.NumFrames)}
+			return frames, check.Fail("decoded-frames", "decoded %d frames, asked %d", len(frames), want.NumFrames)
 		}
 		_, err = check.Motion(frames, *e.Video)
 		return frames, err
 	}
 	out, err := media.DecodeImage(path)
 	if err != nil {
-		return nil, &check.Failure{Check: "decodable", Detail: err.Error()}
+		return nil, check.Fail("decodable", "%w", err)
 	}
 	frames := []*image.RGBA{media.ToRGBA(out)}
 	ref, err := media.DecodeImageBytes(it.ref)

@@ -61,11 +61,7 @@ func (c *caseRun) shapeProbe(s *serving) (string, error) {
 	}
 	w, h := c.Entry.Defaults.Size.W, c.Entry.Defaults.Size.H
 	rh := h * 9 / 16 / 16 * 16 // a 16:9 reference of the pinned width (a multiple of 16 rows)
-	set, err := fixtures.Load(c.Entry.Fixtures)
-	if err != nil || len(set.Edits) == 0 {
-		return "", fmt.Errorf("shape probe: the edit fixture set %s: %v", c.Entry.Fixtures, err)
-	}
-	if it.ref, err = fixtures.Image(set.Edits[0].Image, w, rh); err != nil {
+	if it.ref, err = fixtures.Image(it.image, w, rh); err != nil {
 		return "", err
 	}
 	c.own = append(c.own, id)

@@ -239,7 +239,7 @@ class TorchBackend:
             return got
 
         reference = step("reference (eager bf16)")
-        fp32, why = None, ""
+        fp32 = None
         fits, why = parity.fp32_fits(pipe.transformer, self.device, torch)
         if fits:
             with parity.FP32(pipe.transformer, torch):
