@@ -97,12 +97,12 @@ func (c *caseRun) deadline(stage string, err error) error {
 	}
 	if c.ctx != nil && c.ctx.Err() != nil {
 		d, from := CaseDeadline(c.Entry, c.Config, len(c.inputs))
-		return &check.Failure{Check: "deadline", Detail: fmt.Sprintf("%s: the case deadline (%s: %s) passed: %v", stage, d, from, err)}
+		return check.Fail("deadline", "%s: the case deadline (%s: %s) passed: %v", stage, d, from, err)
 	}
 	var ne net.Error
 	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
 		d, from := RequestDeadline(c.Entry, c.Config)
-		return &check.Failure{Check: "deadline", Detail: fmt.Sprintf("%s: a request's deadline (%s: %s) passed: %v", stage, d, from, err)}
+		return check.Fail("deadline", "%s: a request's deadline (%s: %s) passed: %v", stage, d, from, err)
 	}
 	return err
 }

@@ -35,7 +35,7 @@ func (c *caseRun) timing(a artifactSet) (string, error) {
 		if !s.hasLatency {
 			// A missing latency read as 0 ms would make the overhead negative and the budget
 			// unfailable.
-			return "", &check.Failure{Check: "timing-latency", Detail: fmt.Sprintf("request %s (job %s): AIPerf recorded no request_latency for it, so its client time is unknown", s.RequestID, s.JobID)}
+			return "", check.Fail("timing-latency", "request %s (job %s): AIPerf recorded no request_latency for it, so its client time is unknown", s.RequestID, s.JobID)
 		}
 		if s.TaskMS <= 0 {
 			if !c.Config.Target.External() {
