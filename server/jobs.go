@@ -139,14 +139,14 @@ func (s *Server) runEncoder(l *lane, i int) {
 }
 
 func (s *Server) execute(l *lane, i int, j *job) {
-	ref, refErr := j.reference.wait() // decoding since the job was queued
+	ref, err := j.reference.wait() // decoding since the job was queued; undecodable fails the job
 	s.mu.Lock()
-	if j.ctx.Err() != nil || refErr != nil { // deleted or shut down while queued, or undecodable
+	if j.ctx.Err() != nil { // deleted or shut down while queued
+		err = context.Cause(j.ctx)
+	}
+	if err != nil {
 		s.mu.Unlock()
-		if j.ctx.Err() != nil {
-			refErr = context.Cause(j.ctx)
-		}
-		s.finish(j, Product{}, refErr)
+		s.finish(j, Product{}, err)
 		close(j.done)
 		return
 	}
@@ -155,9 +155,7 @@ func (s *Server) execute(l *lane, i int, j *job) {
 	s.mu.Unlock()
 
 	req := j.req
-	if ref != nil {
-		req.Reference = ref
-	}
+	req.Reference = ref // an in-process edit's decoded reference; nil otherwise
 	req.Progress = func(done, total int) {
 		if total <= 0 {
 			return
