@@ -53,22 +53,25 @@ type Client struct {
 	Profile wire.Profile
 }
 
+// profile is the client's dialect: Profile, or wire.Mediaserve where it is zero.
+func (c *Client) profile() wire.Profile {
+	if c.Profile.Name == "" {
+		return wire.Mediaserve
+	}
+	return c.Profile
+}
+
 // route is a profile route's method and path, the job id filled in.
 func (c *Client) route(of func(wire.Profile) string, id string) (method, path string) {
-	p := c.Profile
-	if p.Name == "" {
-		p = wire.Mediaserve
-	}
+	p := c.profile()
 	return p.Path(of(p), url.PathEscape(id))
 }
 
 // createBody encodes a create request as the profile accepts it: multipart/form-data with every
 // value a text field (as AIPerf sends it) where it can, else a JSON object of the fields.
 func (c *Client) createBody(fields map[string]string) (io.Reader, string, error) {
-	encodings := c.Profile.CreateEncodings
-	if c.Profile.Name == "" {
-		encodings = wire.Mediaserve.CreateEncodings
-	}
+	p := c.profile()
+	encodings := p.CreateEncodings
 	switch {
 	case slices.Contains(encodings, "multipart"):
 		return multipartBody(fields, nil)
@@ -76,7 +79,7 @@ func (c *Client) createBody(fields map[string]string) (io.Reader, string, error)
 		b, err := json.Marshal(fields)
 		return bytes.NewReader(b), "application/json", err
 	}
-	return nil, "", fmt.Errorf("profile %s accepts no encoding this client writes (%v)", c.Profile.Name, encodings)
+	return nil, "", fmt.Errorf("profile %s accepts no encoding this client writes (%v)", p.Name, encodings)
 }
 
 // APIErrorBody is the body of the error envelope {"error": {...}}.
