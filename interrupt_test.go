@@ -1,7 +1,6 @@
 package mediaqual_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -64,38 +63,13 @@ func TestInterruptedRunLeavesOneReport(t *testing.T) {
 		env = withoutEnv(env, "MEDIAQUAL_MEDIASERVE")
 	}
 	cmd.Env = append(env, "MEDIAQUAL_REPORT_DIR="+out, "TMPDIR="+tmp)
-	var output bytes.Buffer
-	var mu sync.Mutex
-	pipe, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	cmd.Stderr = cmd.Stdout
-	require.NoError(t, cmd.Start())
-	aiperfRuns := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(pipe)
-		seen := false
-		for sc.Scan() {
-			mu.Lock()
-			output.WriteString(sc.Text() + "\n")
-			mu.Unlock()
-			if !seen && strings.Contains(sc.Text(), "=== RUN   TestRef_t2v/aiperf") {
-				seen = true
-				close(aiperfRuns)
-			}
-		}
-	}()
-	select {
-	case <-aiperfRuns:
-	case <-ctx.Done():
-	}
+	output := startWatching(ctx, t, cmd, "=== RUN   TestRef_t2v/aiperf")
 	require.NoError(t, ctx.Err(), "the child never reached ref-t2v's aiperf stage")
 	time.Sleep(2 * time.Second) // AIPerf started and sending
 	require.NoError(t, syscall.Kill(-cmd.Process.Pid, syscall.SIGINT))
 	signalled := time.Now()
-	err = cmd.Wait()
-	mu.Lock()
-	log := output.String()
-	mu.Unlock()
+	err := cmd.Wait()
+	log := output()
 	require.Error(t, err, "an interrupted run exited 0:\n%s", lastLines(log, 30))
 	assert.Less(t, time.Since(signalled), time.Minute, "the run must stop promptly on SIGINT")
 	assert.NotContains(t, log, "panic:")
@@ -215,37 +189,12 @@ func TestMakeQualifyInterrupted(t *testing.T) {
 		ctx, cancel := context.WithTimeout(run, 5*time.Minute)
 		defer cancel()
 		cmd := makeQualify(ctx, out)
-		var output bytes.Buffer
-		var mu sync.Mutex
-		pipe, err := cmd.StdoutPipe()
-		require.NoError(t, err)
-		cmd.Stderr = cmd.Stdout
-		require.NoError(t, cmd.Start())
-		served := make(chan struct{})
-		go func() {
-			sc := bufio.NewScanner(pipe)
-			seen := false
-			for sc.Scan() {
-				mu.Lock()
-				output.WriteString(sc.Text() + "\n")
-				mu.Unlock()
-				if !seen && strings.Contains(sc.Text(), "TestRef_t2v/serve") { // gotestsum's line as serve passes
-					seen = true
-					close(served)
-				}
-			}
-		}()
-		select {
-		case <-served:
-		case <-ctx.Done():
-		}
+		output := startWatching(ctx, t, cmd, "TestRef_t2v/serve") // gotestsum's line as serve passes
 		require.NoError(t, ctx.Err(), "make qualify never got past ref-t2v's serve stage")
 		time.Sleep(2 * time.Second) // into the aiperf stage
 		require.NoError(t, syscall.Kill(-cmd.Process.Pid, syscall.SIGINT))
-		err = cmd.Wait()
-		mu.Lock()
-		log := output.String()
-		mu.Unlock()
+		err := cmd.Wait()
+		log := output()
 		require.Error(t, err, "make qualify succeeded although interrupted:\n%s", log)
 		t.Logf("make qualify, interrupted:\n%s", lastLines(log, 12))
 		assert.True(t, strings.HasPrefix(lastLine(log), "results of an INTERRUPTED run"), "make's summary line: %q", lastLine(log))
@@ -278,6 +227,47 @@ func TestMakeQualifyInterrupted(t *testing.T) {
 		siblings, _ := os.ReadDir(filepath.Dir(out))
 		assert.Len(t, siblings, 1, "nothing beside the report directory: %v", siblings)
 	})
+}
+
+// startWatching starts cmd with its output (stdout and stderr together) collected, and returns
+// once that output holds marker or ctx is done (the caller checks ctx.Err()). output is what cmd
+// printed so far; after cmd.Wait, all of it (exec copies it in before Wait returns).
+func startWatching(ctx context.Context, t *testing.T, cmd *exec.Cmd, marker string) (output func() string) {
+	w := &watchedOutput{marker: []byte(marker), seen: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = w, w
+	cmd.WaitDelay = 10 * time.Second // a process left holding the output open cannot hang Wait
+	require.NoError(t, cmd.Start())
+	select {
+	case <-w.seen:
+	case <-ctx.Done():
+	}
+	return w.String
+}
+
+// watchedOutput is a child's output as it comes; seen is closed once it holds marker.
+type watchedOutput struct {
+	mu     sync.Mutex
+	buf    bytes.Buffer
+	marker []byte // nil once seen
+	seen   chan struct{}
+}
+
+func (w *watchedOutput) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	from := max(0, w.buf.Len()-len(w.marker)+1) // a marker split between two writes is found too
+	w.buf.Write(p)
+	if w.marker != nil && bytes.Contains(w.buf.Bytes()[from:], w.marker) {
+		close(w.seen)
+		w.marker = nil
+	}
+	return len(p), nil
+}
+
+func (w *watchedOutput) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
 }
 
 // The excluded rows (the inventory says why) are skips with their reason, in go test's output
