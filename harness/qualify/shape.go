@@ -59,8 +59,8 @@ func (c *caseRun) shapeProbe(s *serving) (string, error) {
 		}
 		return fmt.Sprintf("; shape probe: one %s clip before the pinned inputs", size), nil
 	}
-	w, h := c.Entry.Defaults.Size.W, c.Entry.Defaults.Size.H
-	rh := h * 9 / 16 / 16 * 16 // a 16:9 reference of the pinned width (a multiple of 16 rows)
+	w := c.Entry.Defaults.Size.W
+	rh := w * 9 / 16 / 16 * 16 // a 16:9 reference of the pinned width (a multiple of 16 rows)
 	if it.ref, err = fixtures.Image(it.image, w, rh); err != nil {
 		return "", err
 	}
