@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/mediaqual/mediaqual/internal/procgroup"
 )
 
 // Endpoint types this suite drives.
@@ -112,14 +114,15 @@ func (e Env) Exec(ctx context.Context, r Run) error {
 	defer log.Close()
 	// AIPerf 0.13 leaves directories in TMPDIR after every run (an empty aiperf_mmap_<id>, and
 	// the mkdtemp directories of its ZMQ IPC sockets): give it a TMPDIR of its own and remove
-	// it. A short one under the system's: the socket paths live there and must stay within the
-	// 107-byte limit, which a deep artifact directory would overflow.
-	tmp, err := os.MkdirTemp("", "aiperf-")
+	// it. A short one: the socket paths live about 60 bytes below it and must stay within the
+	// 107-byte limit of a Unix socket address, which a deep artifact directory, or a deep
+	// TMPDIR (a test's t.TempDir), overflows; AIPerf then exits 0 having sent nothing.
+	tmp, err := os.MkdirTemp(shortTempBase(os.TempDir()), "aiperf-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	cmd := exec.CommandContext(ctx, e.Binary, r.Args()...)
+	cmd := procgroup.Own(exec.CommandContext(ctx, e.Binary, r.Args()...))
 	cmd.Env = append(os.Environ(), r.Environ()...)
 	cmd.Env = append(cmd.Env, "TMPDIR="+tmp, "AIPERF_DATASET_MMAP_BASE_PATH="+tmp)
 	cmd.Stdout, cmd.Stderr = log, log
@@ -129,3 +132,16 @@ func (e Env) Exec(ctx context.Context, r Run) error {
 	}
 	return nil
 }
+
+// shortTempBase is base when AIPerf's IPC socket paths below it fit a Unix socket address,
+// else /tmp.
+func shortTempBase(base string) string {
+	if len(base) > maxTempBase {
+		return "/tmp"
+	}
+	return base
+}
+
+// maxTempBase: 107 bytes of a socket path less AIPerf's "/aiperf-NNNNNNNNNN/tmpXXXXXXXX/aiperf/
+// event_bus_proxy_frontend.ipc" (about 67).
+const maxTempBase = 40

@@ -19,6 +19,8 @@ import (
 	"strings"
 
 	_ "golang.org/x/image/webp"
+
+	"github.com/mediaqual/mediaqual/internal/procgroup"
 )
 
 // MaxPixels bounds the frame or image area the package will allocate for, so that a
@@ -34,8 +36,8 @@ const decodeSwsFlags = "bicubic+accurate_rnd+full_chroma_int+bitexact"
 // decoder will output them (read from the bitstream, not the container), without
 // decoding any frame.
 func VideoSize(ctx context.Context, path string) (w, h int, err error) {
-	out, err := exec.CommandContext(ctx, "ffprobe", "-v", "error", "-select_streams", "v:0",
-		"-show_entries", "stream=width,height", "-of", "csv=p=0:s=x", path).Output()
+	out, err := procgroup.Own(exec.CommandContext(ctx, "ffprobe", "-v", "error", "-select_streams", "v:0",
+		"-show_entries", "stream=width,height", "-of", "csv=p=0:s=x", path)).Output()
 	if err != nil {
 		return 0, 0, fmt.Errorf("ffprobe %s: %v: %s", path, err, stderrOf(err))
 	}
@@ -80,8 +82,8 @@ func EachFrame(ctx context.Context, path string, fn func(i int, frame *image.RGB
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "ffmpeg", "-v", "error", "-xerror", "-nostdin", "-noautorotate", "-i", path,
-		"-map", "0:v:0", "-fps_mode", "passthrough", "-f", "rawvideo", "-pix_fmt", "rgba", "-sws_flags", decodeSwsFlags, "-")
+	cmd := procgroup.Own(exec.CommandContext(ctx, "ffmpeg", "-v", "error", "-xerror", "-nostdin", "-noautorotate", "-i", path,
+		"-map", "0:v:0", "-fps_mode", "passthrough", "-f", "rawvideo", "-pix_fmt", "rgba", "-sws_flags", decodeSwsFlags, "-"))
 	var stderr limitedBuffer
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()

@@ -10,6 +10,8 @@ import (
 	"math/big"
 	"os/exec"
 	"strconv"
+
+	"github.com/mediaqual/mediaqual/internal/procgroup"
 )
 
 // Probe is what ffprobe reports of a clip's first video stream, with frames counted by
@@ -26,9 +28,9 @@ type Probe struct {
 
 // FFprobe runs ffprobe on path.
 func FFprobe(ctx context.Context, path string) (Probe, error) {
-	out, err := exec.CommandContext(ctx, "ffprobe", "-v", "error", "-select_streams", "v:0", "-count_frames",
+	out, err := procgroup.Own(exec.CommandContext(ctx, "ffprobe", "-v", "error", "-select_streams", "v:0", "-count_frames",
 		"-show_entries", "stream=codec_name,pix_fmt,width,height,r_frame_rate,nb_read_frames,duration",
-		"-of", "json", path).Output()
+		"-of", "json", path)).Output()
 	if err != nil {
 		var stderr []byte
 		if ee, ok := err.(*exec.ExitError); ok {

@@ -19,6 +19,7 @@ import (
 	"github.com/mediaqual/mediaqual/harness/api"
 	"github.com/mediaqual/mediaqual/harness/check"
 	"github.com/mediaqual/mediaqual/harness/media"
+	"github.com/mediaqual/mediaqual/internal/procgroup"
 	"github.com/mediaqual/mediaqual/models/bundle"
 	"github.com/mediaqual/mediaqual/models/spec"
 )
@@ -261,8 +262,8 @@ func (c *caseRun) runNative(items []workItem) (nativeOutputs, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.CommandContext(c.ctx, c.Config.Mediaserve, "task", "-model", c.Entry.ID, "-capability", string(c.Entry.Workload),
-		"-batch", batchPath, "-load-timeout", timeout.String(), "-raw", "-engine", c.Config.Engine, "-layout", string(layout))
+	cmd := procgroup.Own(exec.CommandContext(c.ctx, c.Config.Mediaserve, "task", "-model", c.Entry.ID, "-capability", string(c.Entry.Workload),
+		"-batch", batchPath, "-load-timeout", timeout.String(), "-raw", "-engine", c.Config.Engine, "-layout", string(layout)))
 	cmd.Env = append(os.Environ(), c.rootEnv())
 	if c.Config.GPUs != "" && !c.Config.Target.External() {
 		// The GPUs the launched server gets: the layout was chosen for them.
