@@ -28,6 +28,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/mediaqual/mediaqual/internal/procgroup"
 )
 
 // Defaults for the zero values of Config.
@@ -178,7 +180,7 @@ func Launch(cfg Config) (*Server, error) {
 	if cfg.GPUs != "" {
 		cmd.Env = append(cmd.Env, "CUDA_VISIBLE_DEVICES="+cfg.GPUs)
 	}
-	cmd.SysProcAttr = sysProcAttr()
+	cmd.SysProcAttr = procgroup.Attr()
 	cmd.Stderr = logf
 
 	s := &Server{

@@ -11,10 +11,10 @@ import (
 	"time"
 )
 
-// Own puts cmd (made with exec.CommandContext) in a process group of its own and makes the
-// context's end kill that whole group; Wait gives up on its output 10 s after that.
+// Own puts cmd (made with exec.CommandContext) in a process group of its own (Attr) and makes
+// the context's end kill that whole group; Wait gives up on its output 10 s after that.
 func Own(cmd *exec.Cmd) *exec.Cmd {
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = Attr()
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 10 * time.Second
 	return cmd
