@@ -36,6 +36,10 @@ KINDS = ("single", "cfg", "ulysses")
 # wait in its broadcast would fail and take the lane down.
 TIMEOUT_ENV = "MEDIAQUAL_GROUP_TIMEOUT_S"
 IDLE_DAYS = 3650
+# Starting a rank (a Python process importing torch) can outlast a short group timeout on a loaded
+# host, and gloo's connect waits only that long: every rank first arrives at the store, waiting
+# at least this long for the others.
+ARRIVAL_S = 600
 
 
 def group_timeout(env=os.environ):
@@ -155,6 +159,9 @@ class Group:
         if self.store is None:  # ranks 1..: a client of rank 0's store
             self.store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), self.world, False,
                                        timeout=group_timeout())
+        arrival = max(group_timeout(), datetime.timedelta(seconds=ARRIVAL_S))
+        self.store.set("arrived/%d" % self.rank, "1")
+        self.store.wait(["arrived/%d" % r for r in range(self.world)], arrival)
         dist.init_process_group(backend=backend, store=self.store, rank=self.rank, world_size=self.world,
                                 timeout=group_timeout())
         self.ctrl = dist.new_group(backend="gloo", timeout=datetime.timedelta(days=IDLE_DAYS))

@@ -132,6 +132,16 @@ class GroupProtocolTest(unittest.TestCase):
         ev = self.w.end()
         self.assertEqual((ev["event"], ev["id"]), ("result", job), "%s; stderr: %s" % (ev, self.w.stderr()[-2000:]))
 
+    def test_a_rank_slower_to_start_than_the_group_timeout_still_joins(self):
+        """Starting a rank (Python, torch) can outlast the group's timeout on a loaded host: the
+        ranks first meet at the store, with a wait of their own."""
+        self.w.close()
+        self.w = Ranked(env={"MEDIAQUAL_GROUP_TIMEOUT_S": "1", "RANKED_SLOW_START_S": "3"})
+        self.ready()
+        job, _ = self.w.run()
+        ev = self.w.end()
+        self.assertEqual((ev["event"], ev["id"]), ("result", job), "%s; stderr: %s" % (ev, self.w.stderr()[-2000:]))
+
     def test_cancel_stops_every_rank_at_the_same_step(self):
         self.ready()
         job, _ = self.w.run(prompt="slow", num_inference_steps=50)

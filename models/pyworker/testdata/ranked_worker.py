@@ -11,7 +11,8 @@ Frames: num_frames frames of WxH, every byte = (sum over ranks of rank+1) * step
   "mismatch rank R"   rank R raises JobError after the last step (rank 0: a frame check's failure)
 Each rank logs "rank R stopped at step S" on stderr when a job is cancelled, and
 "rank R finished job J" when it ends one.
-$RANKED_FAIL_LOAD_RANK=R makes rank R's load fail.
+$RANKED_FAIL_LOAD_RANK=R makes rank R's load fail; $RANKED_SLOW_START_S=S makes ranks 1.. start
+S seconds late (a loaded host).
 
 Usage: ranked_worker.py --layout ulysses-2 (any layout of ranks.py; the layout is only its
 degree here).
@@ -90,6 +91,8 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--layout", type=pw.layout_arg, required=True)
     args = p.parse_args()
+    if ranks.rank_from_env() != 0:
+        time.sleep(float(os.environ.get("RANKED_SLOW_START_S", 0)))
     pw.main(lambda proto: pw.Worker(proto, Family(args.layout), log), args.layout, cuda=False)
 
 
