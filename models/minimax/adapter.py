@@ -23,6 +23,9 @@ Configuration (argv wins over the environment):
                         CPU and is copied to DEV for the prompt encoding and dropped from it right
                         after; "none": the whole pipeline on DEV (tiny bundles, and "cpu")
   --warmup-steps N      before "ready", one N-step generation at the smallest legal shape (0: off)
+  --warmup-size WxH, --warmup-frames N
+                        the row's pinned shape, at which parity before ready (pyworker/parity.py)
+                        runs its step (default the smallest legal one)
   --layout L            single (default) or ulysses-N: the transformer over N GPUs of
                         CUDA_VISIBLE_DEVICES as N ranks (models/pyworker/ranks.py); cfg-2 is
                         refused: the model is guidance-distilled, there is no second branch
@@ -384,23 +387,21 @@ def step_hook_block():
 
 
 class Config:
-    def __init__(self, bundle, device="cuda:0", offload="auto", warmup_steps=0, layout=None):
+    def __init__(self, bundle, device="cuda:0", offload="auto", warmup_steps=0, layout=None, warmup_size=None,
+                 warmup_frames=None):
         self.bundle = bundle
         self.device = device
         self.offload = offload
         self.warmup_steps = warmup_steps
         self.layout = layout
+        self.warmup_size = warmup_size
+        self.warmup_frames = warmup_frames
 
 
 class DiffusersBackend(pw.TorchBackend):
     """MiniMaxH3ModularPipeline (t2va workflow) in bf16, CPU-offloaded onto one device."""
 
     precision = PRECISION
-    # Parity before ready (pyworker/parity.py) is not run here, and every ready line and result
-    # says why (docs/GPU.md, "Parity before ready").
-    parity = {"not_checked": "MiniMax-H3's modular pipeline has no step callback or interrupt to stop its "
-                             "call after one step (the adapter's hook reports progress only), and its fp32 "
-                             "floor (the 61.7 GiB transformer as 123 GiB) does not fit one H200 beside the rest"}
 
     def __init__(self, cfg):
         self.cfg = cfg
@@ -473,8 +474,6 @@ class DiffusersBackend(pw.TorchBackend):
         else:
             pipe = pipe.to(self.device)
         pipe.set_progress_bar_config(disable=True)
-        if cfg.layout:
-            self.apply_layout(pipe, cfg.layout)
         self.pipe = pipe
         self.placement = placement
         self.geometry = Geometry(
@@ -485,8 +484,9 @@ class DiffusersBackend(pw.TorchBackend):
         log("loaded in %.1f s: canvas multiple %d, frames %dn+%d in %d..%d at %d fps%s%s" % (
             time.perf_counter() - t0, g.canvas_multiple, g.frames_per_chunk, g.latents_per_chunk,
             *g.frame_range(), g.fps, self.memory_note(), self.note_weights(bundle)))
-        if cfg.warmup_steps > 0:
-            self.warmup(cfg.warmup_steps)
+        # No engines to choose: the layout, then parity before ready (no fp32 floor where the
+        # upcast transformer does not fit: 123 GiB at the real size).
+        self.prepare(pipe, cfg.layout, None, cfg.warmup_steps)
 
     def check_memory(self, bundle, offload, layout):
         """Refuses, before anything loads, a layout whose weights cannot fit this host at the
@@ -519,6 +519,15 @@ class DiffusersBackend(pw.TorchBackend):
                    "num_inference_steps": max(2, steps), "output_type": "pt", "generator": self.generator(0)})
         self.synchronize()
         log("warm-up (%d steps) took %.1f s" % (steps, time.perf_counter() - t0))
+
+    def warmup_kwargs(self, steps):
+        """Parity's call: the row's pinned shape (default the smallest legal one). Steps count
+        grid points: steps - 1 transformer calls, and parity stops after the first."""
+        m = self.geometry.canvas_multiple
+        width, height = parse_size(self.cfg.warmup_size) if self.cfg.warmup_size else (m, m)
+        return {"prompt": "warmup", "height": height, "width": width,
+                "num_frames": self.cfg.warmup_frames or self.geometry.frame_range()[0],
+                "num_inference_steps": max(2, steps), "output_type": "pt", "generator": self.generator(0)}
 
     def call(self, kwargs):
         """The native generation call; returns the frames as (F, H, W, 3) uint8, quantized on the
@@ -567,9 +576,11 @@ def parse_args(argv, env):
     p.add_argument("--offload", choices=OFFLOADS, default="auto")
     p.add_argument("--warmup-steps", type=int, default=0)
     p.add_argument("--layout", type=layout_arg, help="single or ulysses-N (default: one GPU, not reported)")
+    p.add_argument("--warmup-size", help="WxH: the row's pinned size, for parity's step")
+    p.add_argument("--warmup-frames", type=int, help="the row's pinned frame count, for parity's step")
     args = p.parse_args(argv)
     return Config(pw.resolve_bundle(args, env), pw.rank_device(args.device, args.layout, env), args.offload,
-                  args.warmup_steps, args.layout)
+                  args.warmup_steps, args.layout, args.warmup_size, args.warmup_frames)
 
 
 def layout_arg(value):

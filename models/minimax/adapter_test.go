@@ -152,6 +152,6 @@ func TestAdapterRefusesWhatTheRowDoesNotDeclare(t *testing.T) {
 // TestWorkerArgvStartsTheAdapter runs the row's argv without its bundle.
 func TestWorkerArgvStartsTheAdapter(t *testing.T) {
 	e := Entries()[0]
-	require.Equal(t, worker(e.Bundle), e.Worker)
+	require.Equal(t, worker(e.Bundle, e.Defaults), e.Worker)
 	pytest.ExpectFatalWithoutBundle(t, e.Worker, e.Bundle)
 }

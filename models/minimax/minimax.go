@@ -4,7 +4,11 @@
 // It generates a stereo soundtrack with the video; only the video track is qualified here.
 package minimax
 
-import "github.com/mediaqual/mediaqual/models/spec"
+import (
+	"strconv"
+
+	"github.com/mediaqual/mediaqual/models/spec"
+)
 
 // frames17n5 is the pipeline's frame rule: the video VAE encodes 17-frame chunks keeping 5
 // latents, so counts are 17n+5 (the pipeline silently rounds others up; mediaserve rejects
@@ -14,13 +18,15 @@ var frames17n5 = &spec.FrameRule{Step: 17, Offset: 5, Range: spec.IntRange{Min: 
 // worker is the argv of the family's native Task worker (models/minimax/adapter.py, speaking
 // docs/WORKER.md) for the row's bundle under $MEDIAQUAL_BUNDLES; it offloads to the CPU by
 // default. The script path is relative to the module root; mediaserve resolves it against
-// $MEDIAQUAL_ROOT.
-func worker(bundle string) []string {
-	return []string{"python3", "models/minimax/adapter.py", "--bundle-name", bundle}
+// $MEDIAQUAL_ROOT. Parity before ready runs its step at the row's pinned shape.
+func worker(bundle string, pinned spec.Settings) []string {
+	return []string{"python3", "models/minimax/adapter.py", "--bundle-name", bundle,
+		"--warmup-size", pinned.Size.String(), "--warmup-frames", strconv.Itoa(pinned.NumFrames)}
 }
 
 // Entries are the family's inventory rows.
 func Entries() []spec.Entry {
+	pinned := spec.Settings{Size: spec.Size{W: 1344, H: 768}, NumFrames: 124, FPS: 24, Steps: 50, Guidance: 1.0, Seed: 0}
 	return []spec.Entry{{
 		Checkpoint: spec.Checkpoint{
 			ID: "MiniMaxAI/MiniMax-H3", Family: "minimax", Profile: "full",
@@ -36,8 +42,8 @@ func Entries() []spec.Entry {
 				// Guidance-distilled: guidance is fixed at 1.0, and there is no negative prompt.
 				Guidance: spec.FloatRange{Min: 1, Max: 1}, GuidanceParam: "guidance_scale",
 			},
-			Defaults: spec.Settings{Size: spec.Size{W: 1344, H: 768}, NumFrames: 124, FPS: 24, Steps: 50, Guidance: 1.0, Seed: 0},
-			Worker:   worker("MiniMaxAI/MiniMax-H3"),
+			Defaults: pinned,
+			Worker:   worker("MiniMaxAI/MiniMax-H3", pinned),
 			// The model card launches with --ulysses-degree 4, hence first. Guidance-distilled:
 			// there is no second guidance branch, so no CFG-2.
 			Layouts: []spec.Layout{"ulysses-4", "ulysses-2", spec.LayoutSingle},

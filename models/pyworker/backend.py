@@ -220,10 +220,10 @@ class TorchBackend:
     parity = None  # parity.figures of the served runtime against eager, set by prepare
 
     def prepare(self, pipe, layout, engine, warmup_steps):
-        """Layout, engine and warm-up, with parity before ready (parity.py): the first step of
-        the warm-up's call on the reference runtime (eager, this device, nothing applied yet),
-        in fp32 where it fits (the floor), then served after the layout, the engine and a
-        warm-up of warmup_steps (0: none) are in place; raises parity.ParityError, naming the
+        """Layout, engine (None: the family has none to choose) and warm-up, with parity before
+        ready (parity.py): the first step of the warm-up's call on the reference runtime (eager,
+        this device, nothing applied yet), in fp32 where it fits (the floor), then served after
+        the layout, the engine and a warm-up of warmup_steps (0: none) are in place; raises parity.ParityError, naming the
         engine, layout and figure, when the served step is outside the bound."""
         from . import parity
 
@@ -247,15 +247,16 @@ class TorchBackend:
             self.recover()
         if layout:
             self.apply_layout(pipe, layout)
-        self.apply_engine(pipe, engine)
+        if engine is not None:  # None: a family with no engines to choose (MiniMax-H3), eager
+            self.apply_engine(pipe, engine)
         if warmup_steps > 0:
             self.warmup(warmup_steps)
         if self.engine and self.engine.startswith("regional-compile"):
             self.keep_compiled_shapes()
-        served = step("served (engine %s, layout %s)" % (self.engine, layout or "single"))
+        served = step("served (engine %s, layout %s)" % (self.engine or "eager", layout or "single"))
         self.parity = parity.figures(reference, served, fp32, why)
         self.log(parity.summary(self.parity))
-        parity.verdict(self.parity, self.engine, layout)
+        parity.verdict(self.parity, self.engine or "eager", layout)
 
     def keep_compiled_shapes(self):
         """After a compiling engine's warm-up: what the warm-up compiled is what runs compiled,
@@ -285,9 +286,10 @@ class TorchBackend:
         if cfg is None:
             return self.pipe(**kwargs)
         cfg.begin(self.both_branches(kwargs))
-        out = self.pipe(**kwargs)
-        self.log(cfg.report())
-        return out
+        try:
+            return self.pipe(**kwargs)
+        finally:  # a call ended early (cancelled, or parity's one step) says what it computed too
+            self.log(cfg.report())
 
     def apply_layout(self, pipe, layout):
         """Spreads pipe's transformer over this Task's ranks as layout says (parallel.py); the

@@ -23,6 +23,9 @@ branch lost) moves the prediction by tens of percent, far outside either.
 torch is imported by the caller; this module takes the torch module as an argument.
 """
 
+import functools
+import logging
+
 FLOOR_FACTOR = 2.0
 NO_FLOOR_BOUND = 0.05  # about three times the largest eager-to-fp32 distance measured (1.46 %)
 FP32_MARGIN = 1.25  # the fp32 copy must fit the free memory with this much to spare
@@ -46,18 +49,24 @@ def max_abs(got, want):
     return float((got.double() - want.double()).abs().max())
 
 
+class _FirstStepTaken(Exception):
+    """Raised by StepProbe's step-end callback to end the call after its first step."""
+
+
 class StepProbe:
     """Keeps the first scheduler step of a pipeline call (its model_output and the latents it
-    returned) and stops the call there: a scheduler.step wrapper for the values, and the
-    pipeline's own interrupt (callback_on_step_end) for the rest of the loop."""
+    returned) and ends the call there: a scheduler.step wrapper for the values, and an
+    exception from the step-end callback for the rest, as a cancelled job ends. Raising works
+    for every pipeline with a callback_on_step_end, a modular one included (MiniMax-H3's loop
+    calls it from the adapter's hook block but has no interrupt flag)."""
 
     def __init__(self, pipe):
         self.pipe = pipe
         self.got = None
 
     def run(self, call, kwargs):
-        """call(**kwargs) with output_type latent and this probe's hooks; returns (prediction,
-        latents) of the first step, in fp32 on the device."""
+        """call(**kwargs) with this probe's hooks; returns (prediction, latents) of the first
+        step, in fp32 on the device."""
         sched = self.pipe.scheduler
         step = sched.step
         self.got = None
@@ -70,13 +79,20 @@ class StepProbe:
             return out
 
         def stop(p, i, t, cb_kwargs):
-            p._interrupt = True
-            return {}
+            raise _FirstStepTaken()
 
         sched.step = first_step
+        # A modular pipeline logs every exception through its blocks, with tracebacks, as an
+        # error: not this deliberate one.
+        modular = logging.getLogger("diffusers.modular_pipelines")
+        level = modular.level
+        modular.setLevel(logging.CRITICAL)
         try:
-            call(**dict(kwargs, output_type="latent", callback_on_step_end=stop))
+            call(**dict(kwargs, callback_on_step_end=stop))
+        except _FirstStepTaken:
+            pass
         finally:
+            modular.setLevel(level)
             del sched.step  # the instance attribute goes; the class's method is back
         if self.got is None:
             raise ParityError("parity: the pipeline call made no scheduler step")
@@ -100,6 +116,9 @@ class FP32:
                 t.data = t.data.float()
         forward = self.model.forward
 
+        # wraps: inspect.signature(forward) stays the model's (MiniMax-H3's denoiser passes only
+        # the keyword arguments it lists).
+        @functools.wraps(forward)
         def upcast(*args, **kwargs):
             cast = lambda v: v.float() if isinstance(v, torch.Tensor) and v.is_floating_point() else v  # noqa: E731
             return forward(*[cast(a) for a in args], **{k: cast(v) for k, v in kwargs.items()})
@@ -119,9 +138,15 @@ def fp32_fits(transformer, device, torch):
     """(fits, why): whether an fp32 copy of the transformer's bf16 weights fits the device's
     free memory now (the bf16 tensors are freed as each is upcast, so the extra is their size
     again), with FP32_MARGIN to spare."""
-    extra = sum(t.numel() * 2 for t in list(transformer.parameters()) + list(transformer.buffers())
-                if t.dtype in (torch.bfloat16, torch.float16))
-    if torch.device(device).type != "cuda":
+    tensors = list(transformer.parameters()) + list(transformer.buffers())
+    extra = sum(t.numel() * 2 for t in tensors if t.dtype in (torch.bfloat16, torch.float16))
+    device = torch.device(device)
+    away = {str(t.device) for t in tensors if t.device.type != device.type}
+    if away:
+        # Offloaded (MiniMax-H3's auto offload keeps it on the host between calls): the upcast
+        # would double it where it lives, in host memory.
+        return False, "the transformer is offloaded to %s, not on %s" % (", ".join(sorted(away)), device)
+    if device.type != "cuda":
         return True, ""
     free, _ = torch.cuda.mem_get_info(device)
     free += torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)

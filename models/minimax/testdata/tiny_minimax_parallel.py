@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""MiniMax-H3's ulysses-2 on two CPU ranks (gloo): the adapter's DiffusersBackend over a tiny
+bundle of the real component classes, with parity before ready (pyworker/parity.py) holding the
+layout to eager on one rank. For test_adapter.py's ParallelParityTest.
+
+Usage: tiny_minimax_parallel.py BUNDLE [--local-attention]
+  --local-attention: the layout applied, then every attention processor's _parallel_config
+  dropped (what the fused processors once did to Wan and Qwen, issue #26): each rank attends
+  over its own shard of the packed sequence only, and parity must refuse it.
+Prints one JSON line per rank: {"rank", "parity"} or {"rank", "error"}.
+
+As in models/pyworker/testdata/tiny_wan_parallel.py, two things make diffusers 0.42.1's context
+parallelism run on a CPU, patched here only: enable_parallelism divides the rank by
+torch.accelerator.device_count() (0 without a GPU), and its hook warns through
+logger.warning_once, which exists only once transformers has been imported.
+"""
+
+import json
+import logging
+import os
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))  # models/minimax
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # models/
+
+
+def rank_main(rank, bundle, local_attention, store):
+    import torch
+    import torch.distributed as dist
+
+    import adapter
+
+    torch.accelerator.device_count = lambda: 1
+    logging.Logger.warning_once = logging.Logger.warning
+    os.environ["MEDIAQUAL_RANK"] = str(rank)
+    dist.init_process_group("cpu:gloo", init_method="file://" + store, rank=rank, world_size=2)
+    if local_attention:
+        apply_layout = adapter.DiffusersBackend.apply_layout
+
+        def local(self, pipe, layout):
+            apply_layout(self, pipe, layout)
+            for m in pipe.transformer.modules():
+                if getattr(getattr(m, "processor", None), "_parallel_config", None) is not None:
+                    m.processor._parallel_config = None
+
+        adapter.DiffusersBackend.apply_layout = local
+    try:
+        b = adapter.DiffusersBackend(adapter.Config(bundle, device="cpu", offload="none", layout="ulysses-2",
+                                                    warmup_size="64x32", warmup_frames=124))
+        print(json.dumps({"rank": rank, "parity": b.parity}), flush=True)
+    except Exception as e:  # parity's refusal, on both ranks at the same point
+        print(json.dumps({"rank": rank, "error": "%s: %s" % (type(e).__name__, e)}), flush=True)
+
+
+def main():
+    import torch.multiprocessing as mp
+
+    bundle, local_attention = sys.argv[1], "--local-attention" in sys.argv[2:]
+    with tempfile.TemporaryDirectory() as d:
+        mp.spawn(rank_main, args=(bundle, local_attention, os.path.join(d, "store")), nprocs=2)
+
+
+if __name__ == "__main__":
+    main()
