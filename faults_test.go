@@ -105,6 +105,7 @@ func TestFaultsAreCaught(t *testing.T) {
 			require.NoError(t, json.Unmarshal(b, &rep))
 			require.Len(t, rep.Rows, 1)
 			assert.Equal(t, reports.Failed, rep.Rows[0].Outcome, "the report's row of a failed case")
+			assert.NotContains(t, string(b), ".run-", "the report names its files where they are after the run, not in the staging directory")
 			// The check is read from the report (each stage's failed checks, from its typed
 			// failures), not from the output's text.
 			var caught []string

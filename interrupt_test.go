@@ -270,6 +270,21 @@ func (w *watchedOutput) String() string {
 	return w.buf.String()
 }
 
+// A row's recorded paths under the staging directory (the AIPerf command's files) name their
+// place in the report directory the staging one becomes, given relative or absolute.
+func TestMovedToNamesTheFinalPlace(t *testing.T) {
+	abs, err := filepath.Abs(".out.run-1")
+	require.NoError(t, err)
+	rows := []reports.Row{{AIPerfCommand: "aiperf --input-file " + abs + "/cases/a/in.jsonl --artifact-dir .out.run-1/cases/a/aiperf",
+		Stages: []reports.Stage{{Message: `kept "` + abs + `/cases/a"`}}}}
+	shown, err := movedTo(rows, ".out.run-1", ".out")
+	require.NoError(t, err)
+	want, _ := filepath.Abs(".out")
+	assert.Equal(t, "aiperf --input-file "+want+"/cases/a/in.jsonl --artifact-dir .out/cases/a/aiperf", shown[0].AIPerfCommand)
+	assert.Equal(t, `kept "`+want+`/cases/a"`, shown[0].Stages[0].Message)
+	assert.Contains(t, rows[0].AIPerfCommand, ".run-1", "the rows themselves are left as they were")
+}
+
 // The excluded rows (the inventory says why) are skips with their reason, in go test's output
 // and so in JUnit, and "excluded" in the report: nothing was qualified, so nothing passes.
 // Before, each was --- PASS (JUnit: a passed testcase) after its inventory stage.

@@ -10,6 +10,7 @@ package mediaqual_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -96,9 +97,12 @@ func runAll(m *testing.M) int {
 	if out == "" || len(rows) == 0 {
 		return code
 	}
-	_, err = reports.WriteFiles(config.ReportDir, reports.Report{
-		Generated: time.Now(), Command: casegen.RunCommand(os.Args, buildTags), Interrupted: why, Rows: rows, Inventory: models.Inventory(),
-	})
+	shown, err := movedTo(rows, config.ReportDir, out)
+	if err == nil {
+		_, err = reports.WriteFiles(config.ReportDir, reports.Report{
+			Generated: time.Now(), Command: casegen.RunCommand(os.Args, buildTags), Interrupted: why, Rows: shown, Inventory: models.Inventory(),
+		})
+	}
 	if err == nil {
 		err = replaceDir(out, config.ReportDir)
 	}
@@ -110,6 +114,33 @@ func runAll(m *testing.M) int {
 		fmt.Println("report:", filepath.Join(out, name))
 	}
 	return code
+}
+
+// movedTo is rows as the report shows them once the staging directory has become out: every
+// path the cases recorded under staging (the AIPerf command's files, case files named in
+// messages) names its place under out, where it will be. Done on the rows' JSON, so that no
+// field is missed.
+func movedTo(rows []reports.Row, staging, out string) ([]reports.Row, error) {
+	b, err := json.Marshal(rows)
+	if err != nil {
+		return nil, err
+	}
+	absStaging, err := filepath.Abs(staging)
+	if err != nil {
+		return nil, err
+	}
+	absOut, err := filepath.Abs(out)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range [][2]string{{absStaging, absOut}, {staging, out}} {
+		from, _ := json.Marshal(p[0]) // a string always marshals
+		to, _ := json.Marshal(p[1])
+		// Inside the quotes: the JSON string forms of the two paths.
+		b = bytes.ReplaceAll(b, from[1:len(from)-1], to[1:len(to)-1])
+	}
+	var shown []reports.Row
+	return shown, json.Unmarshal(b, &shown)
 }
 
 // replaceable refuses a report directory the run's report may not replace: one that holds
