@@ -26,6 +26,7 @@ var Registry = []Info{
 	{"reconcile", []string{"serve"}},
 	{"shape-probe", []string{"aiperf"}},
 	{"aiperf-install", []string{"aiperf"}},
+	{"aiperf-exports", []string{"aiperf"}},
 	{"aiperf-version", []string{"aiperf"}},
 	{"aiperf-accounting", []string{"aiperf"}},
 	{"aiperf-counts", []string{"aiperf"}},

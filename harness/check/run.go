@@ -30,6 +30,19 @@ func Golden(goldens map[string]string, update bool, key, frames, file string) er
 	return nil
 }
 
+// AIPerfExports is the check "aiperf-exports": AIPerf left the exports its run is read from
+// (readErr is the reading's failure, execErr AIPerf's exit). AIPerf 0.13 can exit 0 having
+// sent nothing and written none (its IPC sockets failed to bind, for one).
+func AIPerfExports(readErr, execErr error) error {
+	switch {
+	case readErr == nil:
+		return nil
+	case execErr == nil:
+		return fail("aiperf-exports", "AIPerf exited 0 but left no exports to read: %w", readErr)
+	}
+	return fail("aiperf-exports", "AIPerf failed (%w) and left no exports to read: %w", execErr, readErr)
+}
+
 // AIPerfVersion is the check "aiperf-version": the run's own report of its version against
 // the pin (an aborted run has none).
 func AIPerfVersion(x aiperf.Exports) error {

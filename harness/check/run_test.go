@@ -52,6 +52,13 @@ func TestAIPerfRunChecksCatchBrokenRuns(t *testing.T) {
 		assert.Contains(t, err.Error(), c.want, name)
 	}
 
+	require.NoError(t, AIPerfExports(nil, nil))
+	missing := fmt.Errorf("open profile_export.jsonl: %w", os.ErrNotExist)
+	failsWith(t, AIPerfExports(missing, nil), "aiperf-exports")
+	assert.ErrorContains(t, AIPerfExports(missing, nil), "check aiperf-exports: AIPerf exited 0 but left no exports to read: open profile_export.jsonl")
+	failsWith(t, AIPerfExports(missing, fmt.Errorf("exit status 1")), "aiperf-exports")
+	assert.ErrorContains(t, AIPerfExports(missing, fmt.Errorf("exit status 1")), "AIPerf failed (exit status 1) and left no exports")
+
 	x := aiperf.Exports{HasSummary: true}
 	x.Summary.Version = aiperf.Version
 	require.NoError(t, AIPerfVersion(x))

@@ -116,8 +116,8 @@ func (c *caseRun) aiperf(s *serving) (aiperfRun, string, error) {
 	execErr := env.Exec(c.ctx, ar)
 	stopProgress()
 	x, err := aiperf.ReadExports(dir)
-	if err != nil {
-		return run, "", errors.Join(execErr, err)
+	if err := check.AIPerfExports(err, execErr); err != nil {
+		return run, "", err
 	}
 	if err := check.AIPerfVersion(x); err != nil {
 		return run, "", err
