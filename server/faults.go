@@ -41,7 +41,7 @@ var Faults = map[string]string{
 	"exit-nonzero":        "the server exits with status 1 after a clean shutdown",
 	"actual-differs":      "the Task runs half the asked num_inference_steps and the server says so in actual (its own actual guard bypassed)",
 	"actual-unasked":      "edits report a num_frames and fps in actual, settings an edit is never asked",
-	"history-bytes":       "once a job of a second shape was served, every later output has one pixel changed (a runtime whose bytes depend on what it served before)",
+	"history-bytes":       "once a job of a second shape (size, frame count or reference size) was served, every later output has one pixel changed (a runtime whose bytes depend on what it served before)",
 }
 
 // FaultNames lists the faults, sorted.
@@ -164,7 +164,7 @@ func (f *fault) frames(v spec.Video, req spec.Request) spec.Video {
 		}
 		v.Pix = pix
 	case f.is("history-bytes"):
-		shape := fmt.Sprintf("%dx%d", v.W, v.H)
+		shape := fmt.Sprintf("%dx%dx%d", v.W, v.H, v.N)
 		if req.Reference != nil {
 			shape += fmt.Sprintf(" from %dx%d", req.Reference.Bounds().Dx(), req.Reference.Bounds().Dy())
 		}

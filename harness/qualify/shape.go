@@ -14,10 +14,13 @@ import (
 // identity compares it with the native path (which never has). A runtime whose bytes depend on
 // what it served before (a compiled engine that recompiled for the other shape and then served
 // the pinned one with the new kernels, issue #26) then fails identity. A video row asks for
-// another size it offers; an edit row sends its first reference at another aspect ratio (the
-// output size stays the pinned one). The request must complete with the settings asked; its
-// request id is the suite's own, which the aiperf stage's accounting does not hold against
-// the server. Returns what it did, for the stage's message.
+// another size it offers and another frame count (probeSettings); an edit row sends its first
+// reference at another aspect ratio (the output size stays the pinned one). Either at the
+// fewest steps the row allows: the probe needs one pass through another shape, and a full
+// request there runs uncompiled (Wan2.2's 704x1280x121 clip, 50 steps: minutes). The request
+// must complete with the settings asked; its request id is the suite's own, which the aiperf
+// stage's accounting does not hold against the server. Returns what it did, for the stage's
+// message.
 func (c *caseRun) shapeProbe(s *serving) (string, error) {
 	if s == nil {
 		return "", nil // the serve stage failed; the aiperf stage says so
@@ -30,26 +33,25 @@ func (c *caseRun) shapeProbe(s *serving) (string, error) {
 	id := casePrefix(c.Entry.ID) + "-shape-probe"
 	ctx, cancel := context.WithTimeout(c.ctx, c.requestDeadline())
 	defer cancel()
+	st, ok := probeSettings(c.Entry)
 	if c.Entry.Workload == spec.TextToVideo {
-		size, ok := otherSize(c.Entry)
 		if !ok {
-			return "; no shape probe (the row offers one size)", nil
+			return "; no shape probe (the row offers one shape)", nil
 		}
-		st := c.Entry.Defaults
-		st.Size = size
+		shape := fmt.Sprintf("%s, %d frames, %s", st.Size, st.NumFrames, stepsText(st.Steps))
 		fields := st.Fields(c.Entry.Controls, c.Entry.Workload)
 		fields["model"], fields["prompt"] = c.Entry.ID, it.fields["prompt"]
 		c.own = append(c.own, id)
 		v, err := s.API.CreateVideo(ctx, fields, id)
 		if err != nil {
-			return "", check.Fail("shape-probe", "%s at %s: %w", id, size, err)
+			return "", check.Fail("shape-probe", "%s at %s: %w", id, shape, err)
 		}
 		done, _, err := s.API.WaitVideo(ctx, v.ID)
 		if err != nil {
-			return "", check.Fail("shape-probe", "%s at %s: %w", id, size, err)
+			return "", check.Fail("shape-probe", "%s at %s: %w", id, shape, err)
 		}
 		if done.Status != "completed" {
-			return "", check.Fail("shape-probe", "%s at %s ended %s: %v", id, size, done.Status, done.Error)
+			return "", check.Fail("shape-probe", "%s at %s ended %s: %v", id, shape, done.Status, done.Error)
 		}
 		if err := check.Settings(asked(c.Entry, st), done.Actual); err != nil {
 			return "", err
@@ -57,18 +59,53 @@ func (c *caseRun) shapeProbe(s *serving) (string, error) {
 		if err := s.API.DeleteVideo(ctx, v.ID); err != nil {
 			return "", check.Fail("shape-probe", "deleting %s: %w", v.ID, err)
 		}
-		return fmt.Sprintf("; shape probe: one %s clip before the pinned inputs", size), nil
+		return fmt.Sprintf("; shape probe: one clip at %s before the pinned inputs", shape), nil
 	}
 	w := c.Entry.Defaults.Size.W
 	rh := w * 9 / 16 / 16 * 16 // a 16:9 reference of the pinned width (a multiple of 16 rows)
 	if it.ref, err = fixtures.Image(it.image, w, rh); err != nil {
 		return "", err
 	}
+	st.Prompt = it.asked.Prompt
+	it.fields, it.asked = st.Fields(c.Entry.Controls, c.Entry.Workload), asked(c.Entry, st)
 	c.own = append(c.own, id)
 	if _, err := c.edit(s, it, id); err != nil {
 		return "", check.Fail("shape-probe", "%s with a %dx%d reference: %w", id, w, rh, err)
 	}
-	return fmt.Sprintf("; shape probe: one edit of a %dx%d reference before the pinned inputs", w, rh), nil
+	return fmt.Sprintf("; shape probe: one edit of a %dx%d reference, %s, before the pinned inputs", w, rh, stepsText(st.Steps)), nil
+}
+
+func stepsText(n int) string {
+	if n == 1 {
+		return "1 step"
+	}
+	return fmt.Sprintf("%d steps", n)
+}
+
+// probeSettings are the shape probe's settings: the pinned ones at the fewest steps the row
+// allows and, for video, another size it offers and the smallest frame count its rule allows
+// other than the pinned one. ok is whether that is another shape (an edit's other shape is
+// its reference's, which the probe chooses).
+func probeSettings(e spec.Entry) (spec.Settings, bool) {
+	st := e.Defaults
+	if e.Controls.Steps.Min > 0 {
+		st.Steps = e.Controls.Steps.Min
+	}
+	if e.Workload != spec.TextToVideo {
+		return st, true
+	}
+	if size, ok := otherSize(e); ok {
+		st.Size = size
+	}
+	if r := e.Controls.Frames; r != nil {
+		for n := r.Range.Min; n <= r.Range.Max; n++ {
+			if n != st.NumFrames && r.Allows(n) {
+				st.NumFrames = n
+				break
+			}
+		}
+	}
+	return st, st.Size != e.Defaults.Size || st.NumFrames != e.Defaults.NumFrames
 }
 
 // otherSize is the first size e offers other than its pinned one.
