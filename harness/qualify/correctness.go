@@ -145,8 +145,8 @@ func (c *caseRun) correctness(b bundleFacts) (nativeOutputs, string, error) {
 			}
 			return c.publishedDigest(b, d.sum)
 		}
-		if out, err := exec.Command("python3", "-c", "import torch, diffusers; print(torch.__version__, diffusers.__version__)").Output(); err == nil {
-			if f := strings.Fields(string(out)); len(f) == 2 {
+		if out, err := toolOutput(c.ctx, "python3", "-c", "import torch, diffusers; print(torch.__version__, diffusers.__version__)"); err == nil {
+			if f := strings.Fields(out); len(f) == 2 {
 				c.Row.Versions = map[string]string{"torch": f[0], "diffusers": f[1]}
 			}
 		}

@@ -36,6 +36,7 @@ import (
 
 	"github.com/mediaqual/mediaqual/harness/check"
 	"github.com/mediaqual/mediaqual/harness/wire"
+	"github.com/mediaqual/mediaqual/internal/procgroup"
 	"github.com/mediaqual/mediaqual/models/spec"
 	"github.com/mediaqual/mediaqual/reports"
 )
@@ -260,6 +261,18 @@ func (c *caseRun) caseDir() string {
 	return dir
 }
 
+// toolOutput is a tool's answer to a query for the report (versions, GPUs), bounded by
+// toolTimeout: nvidia-smi on a wedged GPU can hang for minutes, and a line of the report is
+// not worth a hung run.
+func toolOutput(ctx context.Context, name string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, toolTimeout)
+	defer cancel()
+	out, err := procgroup.Own(exec.CommandContext(ctx, name, args...)).Output()
+	return string(out), err
+}
+
+const toolTimeout = 30 * time.Second
+
 func hardware() string {
 	cpu := "unknown CPU"
 	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
@@ -271,7 +284,7 @@ func hardware() string {
 		}
 	}
 	hw := fmt.Sprintf("%s x%d (%s/%s)", cpu, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH)
-	if out, err := exec.Command("nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader").Output(); err == nil {
+	if out, err := toolOutput(context.Background(), "nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"); err == nil {
 		hw += "; GPUs: " + strings.Join(strings.Fields(strings.ReplaceAll(strings.TrimSpace(string(out)), "\n", " | ")), " ")
 	}
 	return hw

@@ -452,3 +452,17 @@ func TestCorruptGoldensAreRefused(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, string(corrupt), string(b), "the corrupt file is left for a person to look at")
 }
+
+// A tool queried for the report (nvidia-smi, ffmpeg, python3) that hangs ends with the run's
+// context or toolTimeout, whichever is first, instead of hanging the run.
+func TestToolOutputIsBounded(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := toolOutput(ctx, "sleep", "60")
+	require.Error(t, err)
+	assert.Less(t, time.Since(start), 15*time.Second)
+	out, err := toolOutput(context.Background(), "echo", "ok")
+	require.NoError(t, err)
+	assert.Equal(t, "ok\n", out)
+}

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -207,8 +206,8 @@ func (s *serving) exchange(ctx context.Context, step, method, path string, field
 // versions are the versions of what served the run.
 func (c *caseRun) versions(s *serving) map[string]string {
 	v := map[string]string{"go": runtime.Version()}
-	if out, err := exec.Command("ffmpeg", "-version").Output(); err == nil {
-		v["ffmpeg"] = strings.TrimPrefix(strings.SplitN(string(out), " Copyright", 2)[0], "ffmpeg version ")
+	if out, err := toolOutput(c.ctx, "ffmpeg", "-version"); err == nil {
+		v["ffmpeg"] = strings.TrimPrefix(strings.SplitN(out, " Copyright", 2)[0], "ffmpeg version ")
 	}
 	if b, err := os.ReadFile(c.Config.Mediaserve); err == nil && !s.External {
 		v["mediaserve"] = digest(b)[:12]
