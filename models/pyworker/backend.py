@@ -68,7 +68,7 @@ class PipelineFamily:
         kwargs["callback_on_step_end"] = on_step
         marks = getattr(b, "marks", None)
         b.stream = stream  # a backend that can stream frames reads it during call()
-        graphs = getattr(b, "graphs", lambda: 0)
+        graphs = getattr(b, "graphs", lambda: (0, 0))
         before = graphs()
         try:
             b.reset_peak()
@@ -91,7 +91,8 @@ class PipelineFamily:
         for key in ("engine", "layout", "parity"):
             if getattr(b, key, None):
                 actual[key] = getattr(b, key)
-        return Output(video, actual, wall_ms, peak, phases, graphs() - before)
+        after = graphs()
+        return Output(video, actual, wall_ms, peak, phases, (after[0] - before[0], after[1] - before[1]))
 
 
 def phases_ms(marks, t0, t1):
@@ -206,14 +207,13 @@ class TorchBackend:
     cuda_graphs = None  # graphs.GraphedForward under regional-compile-graphs
 
     def graphs(self):
-        """How many graphs torch.compile has made in this process, and CUDA graphs recorded (0
-        for eager): a job during which it grew compiled or recorded inside its Task."""
+        """(graphs torch.compile has made in this process, CUDA graphs recorded), (0, 0) for
+        eager: a job during which either grew compiled or recorded inside its Task."""
         if self.engine in (None, "eager"):
-            return 0
+            return 0, 0
         from torch._dynamo.utils import counters
 
-        recorded = self.cuda_graphs.recorded if self.cuda_graphs else 0
-        return counters["stats"]["unique_graphs"] + recorded
+        return counters["stats"]["unique_graphs"], self.cuda_graphs.recorded if self.cuda_graphs else 0
 
     layout = None  # set by apply_layout, for families that offer a choice
     cfg_parallel = None  # parallel.CFGParallel under cfg-2

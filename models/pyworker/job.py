@@ -52,13 +52,14 @@ class Output:
     """What a family's run() produced: video is (frames, height, width, 3) floats in [0,1] (a
     numpy array or nested lists; an image is one frame); actual is spec.Actual."""
 
-    def __init__(self, video, actual, task_wall_ms, peak_memory_mb, phases_ms=None, compiled=0):
+    def __init__(self, video, actual, task_wall_ms, peak_memory_mb, phases_ms=None, compiled=(0, 0)):
         self.video = video
         self.actual = actual
         self.task_wall_ms = task_wall_ms
         self.peak_memory_mb = peak_memory_mb
         self.phases_ms = phases_ms or {}
-        self.compiled = compiled  # graphs a compiled engine made during the call: its time is in the Task
+        # (torch.compile graphs made, CUDA graphs recorded) during the call: their time is in the Task
+        self.compiled = compiled
 
 
 # --------------------------------------------------------------------------------------------

@@ -249,9 +249,10 @@ class Worker:
                 raise JobError("bad_pipeline_output", "wrote %d bytes, expected %d" % (n, frames * height * width * 3))
             self.log("job %s: outside the Task call %.1f ms around it, %.1f ms after it (%d frames streamed)" % (
                 job_id, max(0.0, (ran - began) * 1000.0 - out.task_wall_ms), (time.perf_counter() - ran) * 1000.0, streamed))
-            if out.compiled:
-                self.log("job %s: the compiled engine compiled %d new graph(s) during the Task: its time includes "
-                         "compiling (a shape the warm-up did not have)" % (job_id, out.compiled))
+            compiled, recorded = out.compiled
+            if compiled or recorded:
+                self.log("job %s: during the Task the engine compiled %d new graph(s) and recorded %d CUDA graph(s) "
+                         "(a shape the warm-up did not have): its time includes that" % (job_id, compiled, recorded))
             return out, shape
         finally:
             if stream is not None:
