@@ -223,8 +223,9 @@ class TorchBackend:
         """Layout, engine (None: the family has none to choose) and warm-up, with parity before
         ready (parity.py): the first step of the warm-up's call on the reference runtime (eager,
         this device, nothing applied yet), in fp32 where it fits (the floor), then served after
-        the layout, the engine and a warm-up of warmup_steps (0: none) are in place; raises parity.ParityError, naming the
-        engine, layout and figure, when the served step is outside the bound."""
+        the layout, the engine and a warm-up of warmup_steps (0: none) are in place; raises
+        parity.ParityError, naming the engine, layout and figure, when the served step is
+        outside the bound."""
         from . import parity
 
         torch = self.torch
