@@ -45,6 +45,7 @@ var faultCases = []struct {
 	{"delete-keeps-job", "ref-t2v", "delete"},
 	{"ledger-wrong-digest", "ref-t2v", "ledger-digest"},
 	{"no-task-wall", "ref-t2v", "task-wall"},
+	{"task-overstated", "ref-edit", "task-wall"},
 	// AIPerf downloads each video once; the suite's own fetch is the second.
 	{"refetch-fails", "ref-t2v", "artifact-fetch"},
 	{"load-fails", "ref-t2v", "launch"},

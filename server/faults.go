@@ -36,6 +36,7 @@ var Faults = map[string]string{
 	"delete-keeps-job":    "DELETE answers deleted but the job stays",
 	"ledger-wrong-digest": "the ledger records a digest that is not the artifact's",
 	"no-task-wall":        "the ledger records no Task-call wall",
+	"task-overstated":     "the ledger records every Task-call wall 10 s longer than it was (a server hiding its overhead)",
 	"refetch-fails":       "an artifact can be downloaded once; later downloads answer 500",
 	"load-fails":          "loading the models fails, so the server exits before it is ready",
 	"exit-nonzero":        "the server exits with status 1 after a clean shutdown",
@@ -232,6 +233,8 @@ func (f *fault) ledgerLine(e *LedgerEntry) {
 		e.Output.SHA256 = strings.Repeat("0", 64)
 	case f.is("no-task-wall") && e.Timing != nil:
 		e.Timing.TaskCallWallMS = 0
+	case f.is("task-overstated") && e.Timing != nil:
+		e.Timing.TaskCallWallMS += 10000
 	}
 }
 

@@ -42,6 +42,11 @@ func (c *caseRun) timing(a artifactSet) (string, error) {
 				return "", check.Fail("task-wall", "request %s: the server reported no Task-call wall", s.RequestID)
 			}
 			untimed++
+		} else if s.TaskMS > s.LatencyMS {
+			// The Task runs inside the request the client timed: a longer one is a wrong Task
+			// figure, and would make the overhead negative and the budget unfailable.
+			return "", check.Fail("task-wall", "request %s (job %s): the server reports a %.1f ms Task for a request the client timed at %.1f ms in all",
+				s.RequestID, s.JobID, s.TaskMS, s.LatencyMS)
 		}
 		lat = append(lat, s.LatencyMS)
 		task = append(task, s.TaskMS)
