@@ -28,6 +28,8 @@ var faultCases = []struct {
 	fault, checkpoint, check string
 }{
 	{"ignore-reference", "ref-edit", "influence-changes-output"},
+	// Identity fails too (the native path runs the prompts asked); an endpoint has none.
+	{"prompt-ignored", "ref-t2v", "distinct-outputs"},
 	{"wrong-frame-count", "ref-t2v", "frame-count"},
 	{"wrong-fps", "ref-t2v", "fps"},
 	{"wrong-size", "ref-t2v", "size"},

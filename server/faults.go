@@ -21,6 +21,7 @@ import (
 // by default; when on, /v1/models names the fault on every model.
 var Faults = map[string]string{
 	"ignore-reference":    "edits run on a flat grey image instead of the uploaded reference",
+	"prompt-ignored":      "every job runs one fixed prompt instead of the one asked",
 	"edit-unchanged":      "edits return the reference itself, resized",
 	"wrong-frame-count":   "the MP4 loses its last frame after the frame check",
 	"wrong-fps":           "the MP4 is written at twice the asked fps",
@@ -112,6 +113,8 @@ func (t faultyTask) Run(ctx context.Context, req spec.Request) (spec.Output, err
 		// would serve this job, so the fault lets it through; product reports what ran.
 		out.Actual.Steps = asked
 		return out, err
+	case t.f.is("prompt-ignored"):
+		req.Prompt = "a prompt the server puts in place of every one"
 	case t.f.is("ignore-reference") && req.Reference != nil:
 		b := req.Reference.Bounds()
 		grey := image.NewRGBA(image.Rect(0, 0, b.Dx(), b.Dy()))

@@ -49,6 +49,7 @@ var Registry = []Info{
 	{"motion", []string{"artifacts"}},
 	{"edit-size", []string{"artifacts"}},
 	{"edit-unchanged", []string{"artifacts"}},
+	{"distinct-outputs", []string{"artifacts"}},
 	{"encode-psnr", []string{"artifacts"}}, // a measurement, not thresholded: fails only when it cannot be made
 	{"artifact-sha256", []string{"identity"}},
 	{"frame-digests", []string{"identity"}},

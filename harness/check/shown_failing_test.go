@@ -37,6 +37,7 @@ var shownFailing = map[string][]string{
 	"aiperf-install":           {"harness/qualify/checks_test.go:TestAIPerfInstallFailsByName"},
 	"aiperf-version":           {"harness/check/run_test.go:TestAIPerfRunChecksCatchBrokenRuns"},
 	"aiperf-exports":           {"harness/check/run_test.go:TestAIPerfRunChecksCatchBrokenRuns"},
+	"distinct-outputs":         {"harness/check/check_test.go:TestDistinctOutputs"},
 	"aiperf-counts":            {"harness/check/run_test.go:TestAIPerfRunChecksCatchBrokenRuns"},
 	"aiperf-inputs":            {"harness/check/run_test.go:TestAIPerfRunChecksCatchBrokenRuns"},
 	"aiperf-exit":              {"harness/check/run_test.go:TestAIPerfRunChecksCatchBrokenRuns"},

@@ -100,6 +100,15 @@ func (c *caseRun) fetchArtifacts(s *serving, native nativeOutputs, run aiperfRun
 		}
 		out.Served = append(out.Served, a)
 	}
+	byInput := map[string][]string{}
+	for _, a := range out.Served {
+		if _, ok := byInput[a.item.key]; !ok {
+			byInput[a.item.key] = a.Decoded
+		}
+	}
+	if err := check.DistinctOutputs(byInput); err != nil {
+		failed = append(failed, err)
+	}
 	if err := c.showArtifact(out.measured()); err != nil {
 		failed = append(failed, err)
 	}
