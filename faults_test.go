@@ -55,6 +55,8 @@ var faultCases = []struct {
 	// The server reports the settings it really ran (half the steps): the artifacts stage holds
 	// every served actual to what was asked, before identity would see other bytes.
 	{"actual-differs", "ref-t2v", "actual-settings"},
+	// The pinned inputs are within range: only the serve stage's refusals send steps past it.
+	{"clamps-steps", "ref-t2v", "refuses-unsupported"},
 	{"actual-unasked", "ref-edit", "actual-settings"},
 	// The aiperf stage's shape probe serves another size first; without it every served job
 	// before identity has the pinned shape and this fault passes.

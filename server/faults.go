@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -41,6 +42,7 @@ var Faults = map[string]string{
 	"refetch-fails":       "an artifact can be downloaded once; later downloads answer 500",
 	"load-fails":          "loading the models fails, so the server exits before it is ready",
 	"exit-nonzero":        "the server exits with status 1 after a clean shutdown",
+	"clamps-steps":        "a num_inference_steps above the model's range runs at its maximum instead of being refused",
 	"actual-differs":      "the Task runs half the asked num_inference_steps and the server says so in actual (its own actual guard bypassed)",
 	"actual-unasked":      "edits report a num_frames and fps in actual, settings an edit is never asked",
 	"history-bytes":       "once a job of a second shape (size, frame count or reference size) was served, every later output has one pixel changed (a runtime whose bytes depend on what it served before)",
@@ -227,6 +229,17 @@ func (f *fault) failRefetch(id string) bool {
 	}
 	_, seen := f.downloaded.LoadOrStore(id, struct{}{})
 	return seen
+}
+
+// fields tampers with a request's fields before they are resolved: clamps-steps puts a step
+// count above the range at its top, as a server that substitutes instead of refusing does.
+func (f *fault) fields(cp spec.Checkpoint, values map[string]string) {
+	if !f.is("clamps-steps") {
+		return
+	}
+	if n, err := strconv.Atoi(values["num_inference_steps"]); err == nil && n > cp.Controls.Steps.Max {
+		values["num_inference_steps"] = strconv.Itoa(cp.Controls.Steps.Max)
+	}
 }
 
 // ledgerLine tampers with a job's terminal ledger line.

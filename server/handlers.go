@@ -78,6 +78,7 @@ func (s *Server) createVideo(w http.ResponseWriter, r *http.Request) {
 		s.reject(w, r, route, model, e)
 		return
 	}
+	s.fault.fields(l.model.Checkpoint, f.values)
 	settings, e := Resolve(l.model.Checkpoint, spec.TextToVideo, f.values, nil)
 	if e != nil {
 		s.reject(w, r, route, model, e)
@@ -314,6 +315,7 @@ func (s *Server) createEdit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	l := s.lanes[model]
+	s.fault.fields(l.model.Checkpoint, f.values)
 	settings, e := Resolve(l.model.Checkpoint, spec.ImageEdit, f.values, refSize)
 	if e != nil {
 		s.reject(w, r, route, model, e)

@@ -24,6 +24,7 @@ var Registry = []Info{
 	{"launch", []string{"serve"}},
 	{"endpoint", []string{"serve"}},
 	{"reconcile", []string{"serve"}},
+	{"refuses-unsupported", []string{"serve"}},
 	{"shape-probe", []string{"aiperf"}},
 	{"aiperf-install", []string{"aiperf"}},
 	{"aiperf-exports", []string{"aiperf"}},

@@ -92,8 +92,12 @@ func (c *caseRun) serve() (*serving, string, error) {
 	if c.Entry.Engine != "" && !s.External {
 		c.Row.Engine = cmp.Or(c.Config.Engine, c.Entry.Engine)
 	}
+	refused, err := c.refusals(s)
+	if err != nil {
+		return nil, "", err
+	}
 	d, from := RequestDeadline(c.Entry, c.Config)
-	return s, fmt.Sprintf("%s; /v1/models reconciles with the inventory; request deadline %s (%s)", how, d, from), nil
+	return s, fmt.Sprintf("%s; /v1/models reconciles with the inventory%s; request deadline %s (%s)", how, refused, d, from), nil
 }
 
 // pollHold is the launched mediaserve's long poll (its -poll-hold, stated in every run): a poll
