@@ -33,6 +33,9 @@ var faultCases = []struct {
 	{"wrong-frame-count", "ref-t2v", "frame-count"},
 	{"wrong-fps", "ref-t2v", "fps"},
 	{"wrong-size", "ref-t2v", "size"},
+	// Identity fails too (the native path encodes the right frames); a server's encoder and its
+	// native path's are one, so a broken encoder would fail only this.
+	{"swaps-channels", "ref-t2v", "encode-psnr"},
 	{"nondeterministic", "ref-t2v", "artifact-sha256"},
 	{"corrupt-mp4", "ref-t2v", "container"},
 	{"job-fails", "ref-t2v", "aiperf-accounting"},

@@ -27,6 +27,7 @@ var Faults = map[string]string{
 	"wrong-frame-count":   "the MP4 loses its last frame after the frame check",
 	"wrong-fps":           "the MP4 is written at twice the asked fps",
 	"wrong-size":          "frames are cropped 16 pixels narrower before encoding",
+	"swaps-channels":      "frames are encoded with red and blue swapped (the Task's frames, and their digest, are right)",
 	"nondeterministic":    "a few pixels of every output get random values",
 	"corrupt-mp4":         "the MP4 is truncated to half its length after encoding",
 	"job-fails":           "every job fails",
@@ -154,6 +155,12 @@ func (f *fault) frames(v spec.Video, req spec.Request) spec.Video {
 	case f.is("wrong-frame-count") && v.N > 1:
 		v.N--
 		v.Pix = v.Pix[:v.N*v.FrameBytes()]
+	case f.is("swaps-channels"):
+		pix := append([]byte(nil), v.Pix...)
+		for i := 0; i+2 < len(pix); i += 3 {
+			pix[i], pix[i+2] = pix[i+2], pix[i]
+		}
+		v.Pix = pix
 	case f.is("wrong-size"):
 		c := spec.Video{W: v.W - 16, H: v.H, N: v.N}
 		for i := 0; i < v.N; i++ {

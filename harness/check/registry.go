@@ -51,7 +51,7 @@ var Registry = []Info{
 	{"edit-size", []string{"artifacts"}},
 	{"edit-unchanged", []string{"artifacts"}},
 	{"distinct-outputs", []string{"artifacts"}},
-	{"encode-psnr", []string{"artifacts"}}, // a measurement, not thresholded: fails only when it cannot be made
+	{"encode-psnr", []string{"artifacts"}},
 	{"artifact-sha256", []string{"identity"}},
 	{"frame-digests", []string{"identity"}},
 	{"artifact-digest", []string{"influence"}},

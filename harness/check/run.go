@@ -122,10 +122,18 @@ func InfluenceVerdict(gap string, err error, expect string) (string, error) {
 	return "outputs follow their references", nil
 }
 
-// EncodePSNR is the check "encode-psnr": the PSNR (dB, RGB) of a decoded clip against the raw
-// rgb24 frames it was encoded from, over the whole clip (one mean squared error), capped at
-// 100 dB for a lossless match so that it stays a number. Reported, not thresholded.
-func EncodePSNR(rawPath string, decoded []*image.RGBA) (float64, error) {
+// MinClipPSNR is check "encode-psnr"'s floor for a clip. The encoder's settings (x264, CRF 18,
+// yuv420p) give 25.0 dB on white noise, the hardest content there is (L0-random Wan2.1,
+// published), and 38.8-40.0 dB on ref-t2v; a clip farther than 20 dB from its own frames was
+// broken by its encoding (swapped colour channels: 7.8 dB on white noise).
+const MinClipPSNR = 20.0
+
+// EncodePSNR is the check "encode-psnr": the PSNR (dB, RGB) of a decoded artifact against the
+// raw rgb24 frames it was encoded from, over the whole clip (one mean squared error), capped at
+// 100 dB for a lossless match so that it stays a number. The native path and the server share
+// the encoder, so identity cannot see it break the frames; this holds it to them: a lossless
+// artifact (an edit's PNG) must decode to them exactly, a clip to within MinClipPSNR.
+func EncodePSNR(rawPath string, decoded []*image.RGBA, lossless bool) (float64, error) {
 	pix, err := os.ReadFile(rawPath)
 	if err != nil {
 		return 0, fail("encode-psnr", "the native raw frames: %w", err)
@@ -145,8 +153,15 @@ func EncodePSNR(rawPath string, decoded []*image.RGBA) (float64, error) {
 			mse += 255 * 255 / math.Pow(10, p/10) / float64(len(decoded))
 		}
 	}
-	if mse == 0 {
-		return 100, nil
+	psnr := 100.0
+	if mse > 0 {
+		psnr = min(100, 10*math.Log10(255*255/mse))
 	}
-	return min(100, 10*math.Log10(255*255/mse)), nil
+	switch {
+	case lossless && psnr < 100:
+		return psnr, fail("encode-psnr", "%.2f dB against the raw frames: a lossless artifact must decode to them exactly", psnr)
+	case psnr < MinClipPSNR:
+		return psnr, fail("encode-psnr", "%.2f dB against the raw frames, under the floor of %g dB: the encoding broke the frames", psnr, MinClipPSNR)
+	}
+	return psnr, nil
 }

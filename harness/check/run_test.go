@@ -146,22 +146,35 @@ func TestEncodePSNRMeasuresTheEncoder(t *testing.T) {
 	raw := filepath.Join(t.TempDir(), "frames.rgb")
 	require.NoError(t, os.WriteFile(raw, v.Pix, 0o644))
 
-	p, err := EncodePSNR(raw, frames)
+	p, err := EncodePSNR(raw, frames, true)
 	require.NoError(t, err)
 	assert.Equal(t, 100.0, p)
 
 	changed := image.NewRGBA(frames[1].Rect)
 	copy(changed.Pix, frames[1].Pix)
 	changed.Pix[0] += 20
-	p, err = EncodePSNR(raw, []*image.RGBA{frames[0], changed})
+	p, err = EncodePSNR(raw, []*image.RGBA{frames[0], changed}, false)
 	require.NoError(t, err)
 	assert.Less(t, p, 40.0)
 	assert.Greater(t, p, 20.0)
+	// Lossy within the floor passes a clip; an image must be lossless.
+	p, err = EncodePSNR(raw, []*image.RGBA{frames[0], changed}, true)
+	failsWith(t, err, "encode-psnr")
+	assert.ErrorContains(t, err, "a lossless artifact must decode to them exactly")
+	assert.Less(t, p, 40.0, "the figure is kept for the report")
+	// Far off (every pixel 100 levels away): under the floor.
+	far := image.NewRGBA(frames[1].Rect)
+	for i := range far.Pix {
+		far.Pix[i] = frames[1].Pix[i] + 100
+	}
+	_, err = EncodePSNR(raw, []*image.RGBA{frames[0], far}, false)
+	failsWith(t, err, "encode-psnr")
+	assert.ErrorContains(t, err, "under the floor of 20 dB")
 
-	_, err = EncodePSNR(raw, frames[:1])
+	_, err = EncodePSNR(raw, frames[:1], false)
 	failsWith(t, err, "encode-psnr")
 	assert.ErrorContains(t, err, "check encode-psnr: raw frames against the 1 decoded")
-	_, err = EncodePSNR(filepath.Join(t.TempDir(), "missing.rgb"), frames)
+	_, err = EncodePSNR(filepath.Join(t.TempDir(), "missing.rgb"), frames, false)
 	failsWith(t, err, "encode-psnr")
 	assert.ErrorContains(t, err, "check encode-psnr: the native raw frames")
 }

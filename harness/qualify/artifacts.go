@@ -94,7 +94,7 @@ func (c *caseRun) fetchArtifacts(s *serving, native nativeOutputs, run aiperfRun
 		}
 		if n, ok := native[r.item.key]; ok && frames != nil && n.FramesSHA256 == r.declared.FramesSHA256 {
 			// The served artifact was encoded from exactly the native raw frames.
-			if a.PSNR, err = check.EncodePSNR(n.Raw, frames); err != nil {
+			if a.PSNR, err = check.EncodePSNR(n.Raw, frames, c.Entry.Workload != spec.TextToVideo); err != nil {
 				failed = append(failed, fmt.Errorf("%s: %w", where, err))
 			}
 		}
