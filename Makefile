@@ -108,12 +108,17 @@ fuzz:
 # never leaves a mix of two runs: a run that wrote no report leaves the previous one whole,
 # its junit.xml included. The last line says which happened. QUALIFY_RUN narrows the run to
 # the cases it matches (go test -run), e.g. make qualify QUALIFY_RUN=Ref_edit.
+# gotestsum runs as itself, not under `go tool`, which forwards every signal to it: Ctrl-C then
+# reached it twice, its handler takes one, and the second killed it and, through a broken pipe,
+# the test binary before it wrote the interrupted run's report (TestMakeQualifyInterrupted: 1
+# run in 4 on a loaded machine).
 REPORT_DIR ?= reports/out
 QUALIFY_RUN ?=
 qualify: deps
 	@out=$(REPORT_DIR); new=$(REPORT_DIR).new; rm -rf $$new; mkdir -p $$new; \
 	interrupted=; trap 'interrupted=1' INT TERM; \
-	status=0; MEDIAQUAL_REPORT_DIR=$(abspath $(REPORT_DIR)).new $(GO) tool gotestsum --format testname \
+	gotestsum=$$($(GO) tool -n gotestsum) || exit 1; \
+	status=0; MEDIAQUAL_REPORT_DIR=$(abspath $(REPORT_DIR)).new $$gotestsum --format testname \
 		--junitfile $$new/junit.xml -- -count=1 -timeout 30m -run '$(QUALIFY_RUN)' \
 		-skip 'TestFaultsAreCaught|TestInterruptedRunLeavesOneReport|TestMakeQualifyInterrupted' . || status=$$?; \
 	echo; \
