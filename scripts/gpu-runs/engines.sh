@@ -1,15 +1,19 @@
 #!/bin/bash
-# Eager against regional-compile on the same bundle, same prompts, side by side in one call:
-#   bash scripts/gpu-runs/engines.sh ROW_ID BUNDLE_BUILDER N
-# Runs `mediaserve task -batch` twice (N pinned prompts each), then prints each job's Task wall,
-# its phases and its raw-frame digest, and whether each engine repeats its own bytes.
+# Engines side by side on the same bundle, same prompts, in one call:
+#   ENGINES="eager regional-compile" bash scripts/gpu-runs/engines.sh ROW_ID BUNDLE_BUILDER N
+# Runs `mediaserve task -batch` once an engine (N pinned prompts each; ENGINES defaults to eager
+# and regional-compile), then prints each job's Task wall, its phases and its raw-frame digest,
+# whether each engine repeats its own bytes, and each load's parity before ready (its figures
+# against eager on this GPU, pyworker/parity.py): the cheap way to hold every engine to eager
+# on the GPU, one load each, without a qualification.
 id=$1 builder=$2 n=${3:-3}
 source .gpu/setup.sh || exit 1
 export MEDIAQUAL_BUNDLES=/tmp/bundles CUDA_VISIBLE_DEVICES=0
 rm -rf /tmp/bundles/Qwen  # the device's 64 GB disk holds one big bundle at a time
 python3 models/$builder/build_l0.py --out /tmp/bundles 2>&1 | tail -1
 head -"$n" fixtures/prompts/t2v.jsonl >/tmp/prompts.jsonl
-for engine in eager regional-compile; do
+engines=${ENGINES:-eager regional-compile}
+for engine in $engines; do
   : >/tmp/batch-$engine.jsonl
   i=0
   while read -r line; do
@@ -25,9 +29,9 @@ for engine in eager regional-compile; do
   /tmp/bin/mediaserve task -model "$id" -batch /tmp/batch-$engine.jsonl -engine $engine >/dev/null 2>/tmp/eng-$engine.log || { tail -20 /tmp/eng-$engine.log; exit 1; }
   echo "$engine: load + jobs $(python3 -c "import time; print(round(time.time() - $start, 1))") s"
 done
-python3 - <<'PY'
+ENGINES="$engines" python3 - <<'PY'
 import glob, json, os
-for engine in ("eager", "regional-compile"):
+for engine in os.environ["ENGINES"].split():
     rows = []
     for d in sorted(glob.glob("/tmp/eng/%s/*" % engine)):
         a = json.load(open(os.path.join(d, "actual.json")))
@@ -36,5 +40,7 @@ for engine in ("eager", "regional-compile"):
         print(engine, *r)
     same = rows[0][5] == rows[1][5]
     print(engine, "repeats its bytes (0a == 0b):", same)
+    first = json.load(open(os.path.join(sorted(glob.glob("/tmp/eng/%s/*" % engine))[0], "actual.json")))
+    print(engine, "parity:", json.dumps(first["product"]["actual"].get("parity")))
 PY
 grep -h "warm-up\|loaded in" /tmp/eng-*.log
