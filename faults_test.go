@@ -30,6 +30,8 @@ var faultCases = []struct {
 	{"ignore-reference", "ref-edit", "influence-changes-output"},
 	// Identity fails too (the native path runs the prompts asked); an endpoint has none.
 	{"prompt-ignored", "ref-t2v", "distinct-outputs"},
+	// Identity fails too here; a Task with a fixed generator would agree with itself.
+	{"seed-ignored", "ref-t2v", "seed-influence"},
 	{"wrong-frame-count", "ref-t2v", "frame-count"},
 	{"wrong-fps", "ref-t2v", "fps"},
 	{"wrong-size", "ref-t2v", "size"},

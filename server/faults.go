@@ -23,6 +23,7 @@ import (
 var Faults = map[string]string{
 	"ignore-reference":    "edits run on a flat grey image instead of the uploaded reference",
 	"prompt-ignored":      "every job runs one fixed prompt instead of the one asked",
+	"seed-ignored":        "every job runs seed 0 and says it ran the seed asked (a Task with a fixed generator)",
 	"edit-unchanged":      "edits return the reference itself, resized",
 	"wrong-frame-count":   "the MP4 loses its last frame after the frame check",
 	"wrong-fps":           "the MP4 is written at twice the asked fps",
@@ -115,6 +116,12 @@ func (t faultyTask) Run(ctx context.Context, req spec.Request) (spec.Output, err
 		// What the server's own guard (checkActual) compares: a server without that guard
 		// would serve this job, so the fault lets it through; product reports what ran.
 		out.Actual.Steps = asked
+		return out, err
+	case t.f.is("seed-ignored"):
+		asked := req.Seed
+		req.Seed = 0
+		out, err := t.Task.Run(ctx, req)
+		out.Actual.Seed = asked
 		return out, err
 	case t.f.is("prompt-ignored"):
 		req.Prompt = "a prompt the server puts in place of every one"

@@ -26,6 +26,7 @@ var Registry = []Info{
 	{"reconcile", []string{"serve"}},
 	{"refuses-unsupported", []string{"serve"}},
 	{"shape-probe", []string{"aiperf"}},
+	{"seed-influence", []string{"aiperf"}},
 	{"aiperf-install", []string{"aiperf"}},
 	{"aiperf-exports", []string{"aiperf"}},
 	{"aiperf-version", []string{"aiperf"}},

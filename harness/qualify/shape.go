@@ -34,45 +34,86 @@ func (c *caseRun) shapeProbe(s *serving) (string, error) {
 	ctx, cancel := context.WithTimeout(c.ctx, c.requestDeadline())
 	defer cancel()
 	st, ok := probeSettings(c.Entry)
+	var probe func(st spec.Settings, id string) ([]byte, error)
+	var did string
 	if c.Entry.Workload == spec.TextToVideo {
 		if !ok {
 			return "; no shape probe (the row offers one shape)", nil
 		}
-		shape := fmt.Sprintf("%s, %d frames, %s", st.Size, st.NumFrames, stepsText(st.Steps))
-		fields := st.Fields(c.Entry.Controls, c.Entry.Workload)
-		fields["model"], fields["prompt"] = c.Entry.ID, it.fields["prompt"]
-		c.own = append(c.own, id)
-		v, err := s.API.CreateVideo(ctx, fields, id)
-		if err != nil {
-			return "", check.Fail("shape-probe", "%s at %s: %w", id, shape, err)
+		did = fmt.Sprintf("one clip at %s, %d frames, %s", st.Size, st.NumFrames, stepsText(st.Steps))
+		probe = func(st spec.Settings, id string) ([]byte, error) {
+			return c.probeClip(ctx, s, st, it.fields["prompt"], id)
 		}
-		done, _, err := s.API.WaitVideo(ctx, v.ID)
-		if err != nil {
-			return "", check.Fail("shape-probe", "%s at %s: %w", id, shape, err)
-		}
-		if done.Status != "completed" {
-			return "", check.Fail("shape-probe", "%s at %s ended %s: %v", id, shape, done.Status, done.Error)
-		}
-		if err := check.Settings(asked(c.Entry, st), done.Actual); err != nil {
+	} else {
+		w := c.Entry.Defaults.Size.W
+		rh := w * 9 / 16 / 16 * 16 // a 16:9 reference of the pinned width (a multiple of 16 rows)
+		if it.ref, err = fixtures.Image(it.image, w, rh); err != nil {
 			return "", err
 		}
-		if err := s.API.DeleteVideo(ctx, v.ID); err != nil {
-			return "", check.Fail("shape-probe", "deleting %s: %w", v.ID, err)
+		st.Prompt = it.asked.Prompt
+		did = fmt.Sprintf("one edit of a %dx%d reference, %s", w, rh, stepsText(st.Steps))
+		probe = func(st spec.Settings, id string) ([]byte, error) {
+			it.fields, it.asked = st.Fields(c.Entry.Controls, c.Entry.Workload), asked(c.Entry, st)
+			c.own = append(c.own, id)
+			png, err := c.edit(s, it, id)
+			if err != nil {
+				return nil, check.Fail("shape-probe", "%s, %s: %w", id, did, err)
+			}
+			return png, nil
 		}
-		return fmt.Sprintf("; shape probe: one clip at %s before the pinned inputs", shape), nil
 	}
-	w := c.Entry.Defaults.Size.W
-	rh := w * 9 / 16 / 16 * 16 // a 16:9 reference of the pinned width (a multiple of 16 rows)
-	if it.ref, err = fixtures.Image(it.image, w, rh); err != nil {
+	first, err := probe(st, id)
+	if err != nil {
 		return "", err
 	}
-	st.Prompt = it.asked.Prompt
-	it.fields, it.asked = st.Fields(c.Entry.Controls, c.Entry.Workload), asked(c.Entry, st)
-	c.own = append(c.own, id)
-	if _, err := c.edit(s, it, id); err != nil {
-		return "", check.Fail("shape-probe", "%s with a %dx%d reference: %w", id, w, rh, err)
+	msg := "; shape probe: " + did + ", before the pinned inputs"
+	if c.Entry.SeedFree {
+		return msg + "; seed influence not checked (the row's output does not depend on the seed)", nil
 	}
-	return fmt.Sprintf("; shape probe: one edit of a %dx%d reference, %s, before the pinned inputs", w, rh, stepsText(st.Steps)), nil
+	// The same request at the next seed must give other bytes: an output that does not depend
+	// on the seed is one a Task that ignores it (a fixed generator) gives, on the native path
+	// too, so identity agrees with it.
+	other := st
+	other.Seed++
+	second, err := probe(other, id+"-seed")
+	if err != nil {
+		return "", err
+	}
+	if digest(first) == digest(second) {
+		return "", check.Fail("seed-influence", "the probe (%s) at seed %d and at seed %d gave the same bytes: the output does not depend on the seed", did, st.Seed, other.Seed)
+	}
+	return msg + fmt.Sprintf("; at seed %d it differs from seed %d", other.Seed, st.Seed), nil
+}
+
+// probeClip is one probe clip at st: created, waited for, held to the settings asked,
+// downloaded and deleted. Returns the MP4.
+func (c *caseRun) probeClip(ctx context.Context, s *serving, st spec.Settings, prompt, id string) ([]byte, error) {
+	shape := fmt.Sprintf("%s, %d frames, %s, seed %d", st.Size, st.NumFrames, stepsText(st.Steps), st.Seed)
+	fields := st.Fields(c.Entry.Controls, c.Entry.Workload)
+	fields["model"], fields["prompt"] = c.Entry.ID, prompt
+	c.own = append(c.own, id)
+	v, err := s.API.CreateVideo(ctx, fields, id)
+	if err != nil {
+		return nil, check.Fail("shape-probe", "%s at %s: %w", id, shape, err)
+	}
+	done, _, err := s.API.WaitVideo(ctx, v.ID)
+	if err != nil {
+		return nil, check.Fail("shape-probe", "%s at %s: %w", id, shape, err)
+	}
+	if done.Status != "completed" {
+		return nil, check.Fail("shape-probe", "%s at %s ended %s: %v", id, shape, done.Status, done.Error)
+	}
+	if err := check.Settings(asked(c.Entry, st), done.Actual); err != nil {
+		return nil, err
+	}
+	mp4, _, err := s.API.Content(ctx, v.ID)
+	if err != nil {
+		return nil, check.Fail("shape-probe", "%s at %s: downloading %s: %w", id, shape, v.ID, err)
+	}
+	if err := s.API.DeleteVideo(ctx, v.ID); err != nil {
+		return nil, check.Fail("shape-probe", "deleting %s: %w", v.ID, err)
+	}
+	return mp4, nil
 }
 
 func stepsText(n int) string {

@@ -29,6 +29,8 @@ func Entries() []spec.Entry {
 			Status: spec.Implemented, Fixtures: "edit-photos", Goldens: goldens, MaxOverheadMS: overheadBudget,
 			Note: "reference/L0: deterministic instruction-driven editor; not a model",
 			Edit: &spec.EditContract{MinChange: 4},
+			// Its edits are fixed transforms of the reference: no seed enters them.
+			SeedFree: true,
 		},
 		{
 			Checkpoint: t2i, Workload: spec.ImageEdit, NativeTask: "reference.t2iTask (Go, in-process)",

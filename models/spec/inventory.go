@@ -100,6 +100,9 @@ type Entry struct {
 	// LoadTimeout, when set, is how long loading the weights may take; otherwise it follows
 	// from the bundle's size (models/bundle.LoadTimeout).
 	LoadTimeout time.Duration `json:"load_timeout,omitempty"`
+	// SeedFree says the output does not depend on the seed (a deterministic reference family):
+	// the qualification then does not hold it to changing with the seed.
+	SeedFree bool `json:"seed_free,omitempty"`
 }
 
 // ReferenceOutputsDir is where, inside a bundle, reference outputs live: outputs made elsewhere
