@@ -36,7 +36,7 @@ var Faults = map[string]string{
 	"poll-500":            "the first poll of every unfinished job answers 500",
 	"artifact-missing":    "the artifact file disappears when its job completes",
 	"delete-leaves-files": "DELETE answers deleted but leaves the artifact on disk",
-	"latency-spike":       "the third job waits 3 s before its Task runs",
+	"latency-spike":       "the third job of a size waits 3 s before its Task runs",
 	"delete-keeps-job":    "DELETE answers deleted but the job stays",
 	"ledger-wrong-digest": "the ledger records a digest that is not the artifact's",
 	"no-task-wall":        "the ledger records no Task-call wall",
@@ -64,7 +64,7 @@ func FaultNames() []string {
 // no-op on it.
 type fault struct {
 	name       string
-	jobs       atomic.Int64
+	bySize     sync.Map // "WxH" -> *atomic.Int64, the jobs of each size so far: for latency-spike
 	polled     sync.Map // job id -> struct{}: for poll-500, which fails only the first poll
 	downloaded sync.Map // job id -> struct{}: for refetch-fails
 	shapes     sync.Map // output and reference sizes served: for history-bytes
@@ -96,7 +96,10 @@ type faultyTask struct {
 }
 
 func (t faultyTask) Run(ctx context.Context, req spec.Request) (spec.Output, error) {
-	n := t.f.jobs.Add(1)
+	// Counted by size, so that the suite's own probes (another size) do not move the spike
+	// out of the measured requests at the pinned one.
+	counter, _ := t.f.bySize.LoadOrStore(req.Size.String(), new(atomic.Int64))
+	n := counter.(*atomic.Int64).Add(1)
 	switch {
 	case t.f.is("job-fails"):
 		return spec.Output{}, &spec.Error{Code: "injected_fault", Message: "fault job-fails"}
