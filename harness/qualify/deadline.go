@@ -64,7 +64,8 @@ func CaseDeadline(e spec.Entry, cfg Config, inputs int) (time.Duration, string) 
 	}
 	req, _ := RequestDeadline(e, cfg)
 	warmup, measured := cfg.plan(inputs)
-	requests := time.Duration(inputs + warmup + measured + 3) // + the shape probe and two influence probes
+	// + the shape probe at two seeds and two influence probes; the refusals run no Task.
+	requests := time.Duration(inputs + warmup + measured + 4)
 	return 2*(load+time.Minute) + requests*req + caseMargin, fmt.Sprintf("two loads, %d requests at the request deadline and %s; %s overrides", requests, caseMargin, EnvCaseTimeout)
 }
 

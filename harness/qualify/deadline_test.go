@@ -97,9 +97,9 @@ func TestDeadlinesFromTheRow(t *testing.T) {
 	assert.Equal(t, EnvRequestTimeout, from)
 
 	cd, _ := CaseDeadline(lookup(t, "ref-t2v"), Defaults(), 4)
-	// Two default loads (10 min and a minute each), 4+1+4+3 requests of a minute (the shape
-	// probe and two influence probes), 5 min.
-	assert.Equal(t, 2*11*time.Minute+12*time.Minute+5*time.Minute, cd)
+	// Two default loads (10 min and a minute each), 4+1+4+4 requests of a minute (the shape
+	// probe at two seeds and two influence probes), 5 min.
+	assert.Equal(t, 2*11*time.Minute+13*time.Minute+5*time.Minute, cd)
 }
 
 // Every bad duration is refused by name; none silently becomes a default.
