@@ -96,17 +96,13 @@ type faultyTask struct {
 }
 
 func (t faultyTask) Run(ctx context.Context, req spec.Request) (spec.Output, error) {
-	// Counted by size, so that the suite's own probes (another size) do not move the spike
-	// out of the measured requests at the pinned one.
-	counter, _ := t.f.bySize.LoadOrStore(req.Size.String(), new(atomic.Int64))
-	n := counter.(*atomic.Int64).Add(1)
 	switch {
 	case t.f.is("job-fails"):
 		return spec.Output{}, &spec.Error{Code: "injected_fault", Message: "fault job-fails"}
 	case t.f.is("job-hangs"):
 		<-ctx.Done()
 		return spec.Output{}, ctx.Err()
-	case t.f.is("latency-spike") && n == 3:
+	case t.f.is("latency-spike") && t.f.nthOfSize(req.Size) == 3:
 		select {
 		case <-time.After(3 * time.Second):
 		case <-ctx.Done():
@@ -137,6 +133,13 @@ func (t faultyTask) Run(ctx context.Context, req spec.Request) (spec.Output, err
 		req.Reference = grey
 	}
 	return t.Task.Run(ctx, req)
+}
+
+// nthOfSize counts a job of size: latency-spike counts by size, so that the suite's own
+// probes (another size) do not move the spike out of the measured requests at the pinned one.
+func (f *fault) nthOfSize(size spec.Size) int64 {
+	counter, _ := f.bySize.LoadOrStore(size.String(), new(atomic.Int64))
+	return counter.(*atomic.Int64).Add(1)
 }
 
 // fewerSteps is the num_inference_steps actual-differs runs instead of n.

@@ -123,10 +123,9 @@ func InfluenceVerdict(gap string, err error, expect string) (string, error) {
 }
 
 // MinClipPSNR is check "encode-psnr"'s floor for a clip. The encoder's settings (x264, CRF 18,
-// yuv420p) give 25.0 dB on white noise, the hardest content there is (L0-random Wan2.1,
-// published), and 38.8-40.0 dB on ref-t2v; a clip farther than 20 dB from its own frames was
-// broken by its encoding (swapped colour channels, fault swaps-channels: 10.4-14.3 dB on
-// ref-t2v).
+// yuv420p) gave 25.0 dB on the noise of the published L0-random Wan2.1 clips and 38.8-40.0 dB
+// on ref-t2v's; a clip farther than 20 dB from its own frames was broken by its encoding
+// (swapped colour channels, fault swaps-channels: 10.4-14.3 dB on ref-t2v).
 const MinClipPSNR = 20.0
 
 // EncodePSNR is the check "encode-psnr": the PSNR (dB, RGB) of a decoded artifact against the

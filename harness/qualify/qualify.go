@@ -285,7 +285,7 @@ func hardware() string {
 	}
 	hw := fmt.Sprintf("%s x%d (%s/%s)", cpu, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH)
 	if out, err := toolOutput(context.Background(), "nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"); err == nil {
-		hw += "; GPUs: " + strings.Join(strings.Fields(strings.ReplaceAll(strings.TrimSpace(string(out)), "\n", " | ")), " ")
+		hw += "; GPUs: " + strings.Join(strings.Fields(strings.ReplaceAll(strings.TrimSpace(out), "\n", " | ")), " ")
 	}
 	return hw
 }

@@ -32,8 +32,9 @@ func (c *caseRun) refusals(s *serving) (string, error) {
 		return "", err
 	}
 	it := items[0]
+	refusals := unsupportedSettings(c.Entry)
 	var failed []error
-	for i, r := range unsupportedSettings(c.Entry) {
+	for i, r := range refusals {
 		id := fmt.Sprintf("%s-refusal-%d", casePrefix(c.Entry.ID), i)
 		c.own = append(c.own, id)
 		fields := map[string]string{"model": c.Entry.ID}
@@ -69,7 +70,11 @@ func (c *caseRun) refusals(s *serving) (string, error) {
 	if len(failed) > 0 {
 		return "", errors.Join(failed...)
 	}
-	return "; refused, each naming its field: " + refusalsText(unsupportedSettings(c.Entry)), nil
+	var names []string
+	for _, r := range refusals {
+		names = append(names, r.field+"="+r.value)
+	}
+	return "; refused, each naming its field: " + strings.Join(names, ", "), nil
 }
 
 // tryRefused sends one request that should be refused. A video job it created anyway is
@@ -124,13 +129,4 @@ func unsupportedSettings(e spec.Entry) []refusal {
 		out = append(out, refusal{"num_frames", strconv.Itoa(n)})
 	}
 	return out
-}
-
-// refusalsText names the settings, for a message.
-func refusalsText(rs []refusal) string {
-	var parts []string
-	for _, r := range rs {
-		parts = append(parts, r.field+"="+r.value)
-	}
-	return strings.Join(parts, ", ")
 }

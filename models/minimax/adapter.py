@@ -513,10 +513,10 @@ class DiffusersBackend(pw.TorchBackend):
         return note + "; host peak RSS %.1f GiB" % (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)
 
     def warmup(self, steps):
+        """--warmup-steps: parity's call at the smallest legal shape instead of the pinned one."""
         m = self.geometry.canvas_multiple
         t0 = time.perf_counter()
-        self.call({"prompt": "warmup", "height": m, "width": m, "num_frames": self.geometry.frame_range()[0],
-                   "num_inference_steps": max(2, steps), "output_type": "pt", "generator": self.generator(0)})
+        self.call(dict(self.warmup_kwargs(steps), height=m, width=m, num_frames=self.geometry.frame_range()[0]))
         self.synchronize()
         log("warm-up (%d steps) took %.1f s" % (steps, time.perf_counter() - t0))
 

@@ -138,6 +138,17 @@ class FakeBackend:
         return {"weights": "fake"}
 
 
+def cpu_context_parallelism(torch):
+    """Makes diffusers 0.42.1's context parallelism run on a CPU, for the multi-rank tests
+    only (never in the adapters): enable_parallelism divides the rank by
+    torch.accelerator.device_count(), 0 without a GPU; and its context-parallel hook warns
+    through logger.warning_once, which exists only once transformers has been imported."""
+    import logging
+
+    torch.accelerator.device_count = lambda: 1
+    logging.Logger.warning_once = logging.Logger.warning
+
+
 def have(*mods):
     """Whether every module is importable (the real-pipeline tests need the GPU host's stack)."""
     return not missing(*mods)

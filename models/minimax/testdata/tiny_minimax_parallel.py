@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """MiniMax-H3's ulysses-2 on two CPU ranks (gloo): the adapter's DiffusersBackend over a tiny
 bundle of the real component classes, with parity before ready (pyworker/parity.py) holding the
-layout to eager on one rank. For test_adapter.py's ParallelParityTest.
+layout to eager on one rank. For test_adapter.py's test_ulysses_2_is_held_to_one_rank_by_parity.
 
 Usage: tiny_minimax_parallel.py BUNDLE [--local-attention]
   --local-attention: the layout applied, then every attention processor's _parallel_config
@@ -9,14 +9,10 @@ Usage: tiny_minimax_parallel.py BUNDLE [--local-attention]
   over its own shard of the packed sequence only, and parity must refuse it.
 Prints one JSON line per rank: {"rank", "parity"} or {"rank", "error"}.
 
-As in models/pyworker/testdata/tiny_wan_parallel.py, two things make diffusers 0.42.1's context
-parallelism run on a CPU, patched here only: enable_parallelism divides the rank by
-torch.accelerator.device_count() (0 without a GPU), and its hook warns through
-logger.warning_once, which exists only once transformers has been imported.
+diffusers' context parallelism is made to run on a CPU by pyworker.testing.cpu_context_parallelism.
 """
 
 import json
-import logging
 import os
 import sys
 import tempfile
@@ -31,9 +27,9 @@ def rank_main(rank, bundle, local_attention, store):
     import torch.distributed as dist
 
     import adapter
+    from pyworker import testing
 
-    torch.accelerator.device_count = lambda: 1
-    logging.Logger.warning_once = logging.Logger.warning
+    testing.cpu_context_parallelism(torch)
     os.environ["MEDIAQUAL_RANK"] = str(rank)
     dist.init_process_group("cpu:gloo", init_method="file://" + store, rank=rank, world_size=2)
     if local_attention:

@@ -23,14 +23,10 @@ A scenario that raises on one rank only leaves the ranks out of step (one in a c
 other never joins): put one that may raise last, as test_ranks.py does with "ulysses-2 --odd
 --plain-ulysses", which raises on both ranks at the same point.
 
-Two things make diffusers 0.42.1's context parallelism run on a CPU at all, both patched here
-only (never in the adapters): enable_parallelism divides the rank by
-torch.accelerator.device_count(), 0 without a GPU; and its context-parallel hook warns through
-logger.warning_once, which exists only once transformers has been imported.
+diffusers' context parallelism is made to run on a CPU by testing.cpu_context_parallelism.
 """
 
 import json
-import logging
 import os
 import sys
 import traceback
@@ -41,7 +37,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 
-from pyworker import parallel  # noqa: E402
+from pyworker import parallel, testing  # noqa: E402
 
 STEPS = 3
 
@@ -189,8 +185,7 @@ def run_scenario(rank, layout, flags):
 
 def rank_main(rank, scenarios, store):
     dist.init_process_group("cpu:gloo", init_method="file://" + store, rank=rank, world_size=2)
-    torch.accelerator.device_count = lambda: 1
-    logging.Logger.warning_once = logging.Logger.warning
+    testing.cpu_context_parallelism(torch)
     for scenario in scenarios:
         layout, flags = parse(scenario)
         error = None
