@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(HERE))  # models/minimax
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # models/
 
 
-def rank_main(rank, bundle, local_attention, store):
+def rank_main(rank, bundle, local_attention, d):
     import torch
     import torch.distributed as dist
 
@@ -31,7 +31,7 @@ def rank_main(rank, bundle, local_attention, store):
 
     testing.cpu_context_parallelism(torch)
     os.environ["MEDIAQUAL_RANK"] = str(rank)
-    dist.init_process_group("cpu:gloo", init_method="file://" + store, rank=rank, world_size=2)
+    dist.init_process_group("cpu:gloo", init_method="file://" + os.path.join(d, "store"), rank=rank, world_size=2)
     if local_attention:
         apply_layout = adapter.DiffusersBackend.apply_layout
 
@@ -45,9 +45,12 @@ def rank_main(rank, bundle, local_attention, store):
     try:
         b = adapter.DiffusersBackend(adapter.Config(bundle, device="cpu", offload="none", layout="ulysses-2",
                                                     warmup_size="64x32", warmup_frames=124))
-        print(json.dumps({"rank": rank, "parity": b.parity}), flush=True)
+        report = {"rank": rank, "parity": b.parity}
     except Exception as e:  # parity's refusal, on both ranks at the same point
-        print(json.dumps({"rank": rank, "error": "%s: %s" % (type(e).__name__, e)}), flush=True)
+        report = {"rank": rank, "error": "%s: %s" % (type(e).__name__, e)}
+    # A file a rank: two ranks printing at once can share a line.
+    with open(os.path.join(d, "rank%d.json" % rank), "w") as f:
+        json.dump(report, f)
 
 
 def main():
@@ -55,7 +58,10 @@ def main():
 
     bundle, local_attention = sys.argv[1], "--local-attention" in sys.argv[2:]
     with tempfile.TemporaryDirectory() as d:
-        mp.spawn(rank_main, args=(bundle, local_attention, os.path.join(d, "store")), nprocs=2)
+        mp.spawn(rank_main, args=(bundle, local_attention, d), nprocs=2)
+        for rank in range(2):
+            with open(os.path.join(d, "rank%d.json" % rank)) as f:
+                print(f.read())
 
 
 if __name__ == "__main__":
