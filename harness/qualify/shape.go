@@ -31,8 +31,6 @@ func (c *caseRun) shapeProbe(s *serving) (string, error) {
 	}
 	it := items[0]
 	id := casePrefix(c.Entry.ID) + "-shape-probe"
-	ctx, cancel := context.WithTimeout(c.ctx, c.requestDeadline())
-	defer cancel()
 	st, ok := probeSettings(c.Entry)
 	var probe func(st spec.Settings, id string) ([]byte, error)
 	var did string
@@ -42,7 +40,7 @@ func (c *caseRun) shapeProbe(s *serving) (string, error) {
 		}
 		did = fmt.Sprintf("one clip at %s, %d frames, %s", st.Size, st.NumFrames, stepsText(st.Steps))
 		probe = func(st spec.Settings, id string) ([]byte, error) {
-			return c.probeClip(ctx, s, st, it.fields["prompt"], id)
+			return c.probeClip(s, st, it.fields["prompt"], id)
 		}
 	} else {
 		w := c.Entry.Defaults.Size.W
@@ -85,9 +83,11 @@ func (c *caseRun) shapeProbe(s *serving) (string, error) {
 	return msg + fmt.Sprintf("; at seed %d it differs from seed %d", other.Seed, st.Seed), nil
 }
 
-// probeClip is one probe clip at st: created, waited for, held to the settings asked,
-// downloaded and deleted. Returns the MP4.
-func (c *caseRun) probeClip(ctx context.Context, s *serving, st spec.Settings, prompt, id string) ([]byte, error) {
+// probeClip is one probe clip at st, within one request deadline: created, waited for, held to
+// the settings asked, downloaded and deleted. Returns the MP4.
+func (c *caseRun) probeClip(s *serving, st spec.Settings, prompt, id string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(c.ctx, c.requestDeadline())
+	defer cancel()
 	shape := fmt.Sprintf("%s, %d frames, %s, seed %d", st.Size, st.NumFrames, stepsText(st.Steps), st.Seed)
 	fields := st.Fields(c.Entry.Controls, c.Entry.Workload)
 	fields["model"], fields["prompt"] = c.Entry.ID, prompt
