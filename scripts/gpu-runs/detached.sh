@@ -5,6 +5,7 @@
 # once it ended, leave the archive qualify.sh makes in $OUT.
 #   bash scripts/gpu-runs/detached.sh start ROW BUILDER   # as qualify.sh's arguments; returns at once
 #   bash scripts/gpu-runs/detached.sh status              # stage, Tasks, elapsed; the archive once ended
+#   WAIT=540 bash scripts/gpu-runs/detached.sh status     # the same, once it ended or after WAIT s
 # The environment of `start` goes to qualify.sh (MEDIAQUAL_ENGINE, LIMIT, ...). DETACHED_DIR
 # (default /tmp/detached) holds the run's state, log, report and output folder; QUALIFY (default
 # scripts/gpu-runs/qualify.sh) is what runs. Exit status 2 says the request cannot be met: a run
@@ -41,6 +42,12 @@ status)
 		echo "the detached run in $dir was started on another boot of this machine; it is not running"
 		exit 2
 	fi
+	# WAIT: one command follows the run for up to that long (fewer calls keep the machine held).
+	waited=0
+	while running && [ "$waited" -lt "${WAIT:-0}" ]; do
+		sleep 10
+		waited=$((waited + 10))
+	done
 	elapsed=$(($(date +%s) - $(cat "$dir/started")))
 	stage=$(grep -aoh '=== RUN   Test[^ ]*/[a-z-]*' "$dir"/out/test2json-*.out 2>/dev/null | tail -1 | sed 's|.*/||')
 	native=$(find "$dir/report" -path '*/native/*' -name 'frames.rgb' 2>/dev/null | wc -l)

@@ -41,7 +41,7 @@ func run(t *testing.T, env []string, args ...string) (string, int) {
 }
 
 // A detached run: started, refused a second time while it runs, followed (stage, Tasks), and
-// once it ended its archive handed to the next command's $OUT; a machine without a run says so.
+// followed by one command until it ended (WAIT), its archive then handed to that command's $OUT; a machine without a run says so.
 func TestDetachedRun(t *testing.T) {
 	tmp := t.TempDir()
 	fake := filepath.Join(tmp, "qualify.sh")
@@ -74,11 +74,11 @@ func TestDetachedRun(t *testing.T) {
 	assert.Contains(t, got, "running (pid")
 	assert.NoDirExists(t, filepath.Join(out2, "run-Wan2.2.tgz"))
 
-	require.NoError(t, os.WriteFile(filepath.Join(tmp, "go"), nil, 0o644))
-	require.Eventually(t, func() bool {
-		got, rc = run(t, append(env, "OUT="+out2), "status")
-		return strings.Contains(got, "ended")
-	}, 10*time.Second, 50*time.Millisecond, got)
+	// WAIT follows the run in one command: it returns once the run ended, not after WAIT.
+	time.AfterFunc(time.Second, func() { _ = os.WriteFile(filepath.Join(tmp, "go"), nil, 0o644) })
+	start := time.Now()
+	got, rc = run(t, append(env, "OUT="+out2, "WAIT=120"), "status")
+	assert.Less(t, time.Since(start), 60*time.Second, "WAIT returned when the run ended")
 	assert.Equal(t, 0, rc, got)
 	assert.Contains(t, got, "ended: qualify.sh exited 0")
 	assert.Contains(t, got, "args Wan2.2 wan22", "the run got the start's arguments")

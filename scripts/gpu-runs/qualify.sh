@@ -4,7 +4,8 @@
 # ROW is the -run pattern (Wan2.1, Qwen, ...), the second argument the L0 builder to use.
 # Environment: MEDIAQUAL_ENGINE, MEDIAQUAL_CONCURRENCY, MEDIAQUAL_GPUS (default 0) and
 # MEDIAQUAL_LAYOUT (e.g. MEDIAQUAL_GPUS=0,1 MEDIAQUAL_LAYOUT=cfg-2 on nvidia-h200-x2) are passed to
-# the suite; LIMIT (seconds, default 480). It leaves one archive, run-<tag>.tgz, in $OUT (the device
+# the suite; LIMIT (seconds, default 480), after which `timeout` stops the suite (which then writes
+# its reports; go test's own -timeout, which would not, is 5 minutes later). It leaves one archive, run-<tag>.tgz, in $OUT (the device
 # tool's output folder), so two runs fit one device call.
 row=$1 builder=$2
 source .gpu/setup.sh || exit 1
@@ -20,7 +21,7 @@ case $builder in
 esac
 nvidia-smi --query-gpu=name,power.limit,driver_version,clocks.max.sm --format=csv,noheader  # machine to machine bytes
 ( while sleep 20; do nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader; done ) >"$OUT/smi-$tag.log" &
-time timeout "${LIMIT:-480}" /tmp/bin/qual.test -test.run "$row" -test.v=test2json -test.count=1 -test.timeout 20m >"$OUT/test2json-$tag.out" 2>&1
+time timeout "${LIMIT:-480}" /tmp/bin/qual.test -test.run "$row" -test.v=test2json -test.count=1 -test.timeout $((${LIMIT:-480} + 300))s >"$OUT/test2json-$tag.out" 2>&1
 echo "qual.test rc=$?"
 kill %1
 cd "$MEDIAQUAL_REPORT_DIR" || exit 1
