@@ -50,8 +50,9 @@ status)
 	done
 	elapsed=$(($(date +%s) - $(cat "$dir/started")))
 	stage=$(grep -aoh '=== RUN   Test[^ ]*/[a-z-]*' "$dir"/out/test2json-*.out 2>/dev/null | tail -1 | sed 's|.*/||')
-	native=$(find "$dir/report" -path '*/native/*' -name 'frames.rgb' 2>/dev/null | wc -l)
-	served=$(cat "$dir"/report/cases/*/ledger.jsonl 2>/dev/null | grep -c '"event":"job"')
+	# The suite writes its report into a staging folder beside report/ and moves it there at the end.
+	native=$(find "$dir/report" "$dir"/.report.run-* -path '*/native/*' -name 'frames.rgb' 2>/dev/null | wc -l)
+	served=$(cat "$dir"/report/cases/*/ledger.jsonl "$dir"/.report.run-*/cases/*/ledger.jsonl 2>/dev/null | grep -c '"event":"job"')
 	echo "$(cat "$dir/what"): stage ${stage:-(none yet)}, native Tasks $native, served jobs $served, elapsed $elapsed s"
 	if running; then
 		echo "running (pid $(cat "$dir/pid"))"

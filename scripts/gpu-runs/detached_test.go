@@ -15,14 +15,16 @@ import (
 )
 
 // fakeQualify stands in for qualify.sh: it writes what qualify.sh's run writes (test2json lines,
-// a native output, a ledger), waits for the file "go" beside it (at most 20 s), then leaves its
-// archive in $OUT.
+// a native output and a ledger in the suite's staging folder, moved to the report's at the end),
+// waits for the file "go" beside it (at most 20 s), then leaves its archive in $OUT.
 const fakeQualify = `#!/bin/bash
 here=$(dirname "$0")
-mkdir -p "$MEDIAQUAL_REPORT_DIR/cases/x/native/p0" && touch "$MEDIAQUAL_REPORT_DIR/cases/x/native/p0/frames.rgb"
+staging=$(dirname "$MEDIAQUAL_REPORT_DIR")/.report.run-1
+mkdir -p "$staging/cases/x/native/p0" && touch "$staging/cases/x/native/p0/frames.rgb"
 printf '=== RUN   TestWan2_2\n=== RUN   TestWan2_2/correctness\n=== RUN   TestWan2_2/aiperf\n' >"$OUT/test2json-$1.out"
-printf '{"event":"job","job_id":"a"}\n{"event":"job","job_id":"b"}\n' >"$MEDIAQUAL_REPORT_DIR/cases/x/ledger.jsonl"
+printf '{"event":"job","job_id":"a"}\n{"event":"job","job_id":"b"}\n' >"$staging/cases/x/ledger.jsonl"
 for i in $(seq 400); do [ -f "$here/go" ] && break; sleep 0.05; done
+mv "$staging" "$MEDIAQUAL_REPORT_DIR"
 echo "args $1 $2"
 echo "- timing: overhead p50 1.0 ms"
 echo archive >"$OUT/run-$1.tgz"
