@@ -49,7 +49,8 @@ status)
 		waited=$((waited + 10))
 	done
 	elapsed=$(($(date +%s) - $(cat "$dir/started")))
-	stage=$(grep -aoh '=== RUN   Test[^ ]*/[a-z-]*' "$dir"/out/test2json-*.out 2>/dev/null | tail -1 | sed 's|.*/||')
+	# qualify.sh moves the test2json output into the report once the suite ended.
+	stage=$(cat "$dir"/out/test2json-*.out "$dir"/report/test2json-*.out 2>/dev/null | grep -ao '=== RUN   Test[^ ]*/[a-z-]*' | tail -1 | sed 's|.*/||')
 	# The suite writes its report into a staging folder beside report/ and moves it there at the end.
 	native=$(find "$dir/report" "$dir"/.report.run-* -path '*/native/*' -name 'frames.rgb' 2>/dev/null | wc -l)
 	served=$(cat "$dir"/report/cases/*/ledger.jsonl "$dir"/.report.run-*/cases/*/ledger.jsonl 2>/dev/null | grep -c '"event":"job"')

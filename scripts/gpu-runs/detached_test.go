@@ -24,7 +24,7 @@ mkdir -p "$staging/cases/x/native/p0" && touch "$staging/cases/x/native/p0/frame
 printf '=== RUN   TestWan2_2\n=== RUN   TestWan2_2/correctness\n=== RUN   TestWan2_2/aiperf\n' >"$OUT/test2json-$1.out"
 printf '{"event":"job","job_id":"a"}\n{"event":"job","job_id":"b"}\n' >"$staging/cases/x/ledger.jsonl"
 for i in $(seq 400); do [ -f "$here/go" ] && break; sleep 0.05; done
-mv "$staging" "$MEDIAQUAL_REPORT_DIR"
+mv "$staging" "$MEDIAQUAL_REPORT_DIR" && mv "$OUT/test2json-$1.out" "$MEDIAQUAL_REPORT_DIR/"
 echo "args $1 $2"
 echo "- timing: overhead p50 1.0 ms"
 echo archive >"$OUT/run-$1.tgz"
@@ -82,6 +82,7 @@ func TestDetachedRun(t *testing.T) {
 	got, rc = run(t, append(env, "OUT="+out2, "WAIT=120"), "status")
 	assert.Less(t, time.Since(start), 60*time.Second, "WAIT returned when the run ended")
 	assert.Equal(t, 0, rc, got)
+	assert.Contains(t, got, "Wan2.2 wan22: stage aiperf, native Tasks 1, served jobs 2", "the progress of the run that ended")
 	assert.Contains(t, got, "ended: qualify.sh exited 0")
 	assert.Contains(t, got, "args Wan2.2 wan22", "the run got the start's arguments")
 	assert.Contains(t, got, "- timing: overhead p50 1.0 ms")
