@@ -1,7 +1,8 @@
 #!/bin/bash
 # Engines side by side on the same bundle, same prompts, in one call:
 #   ENGINES="eager regional-compile" bash scripts/gpu-runs/engines.sh ROW_ID BUNDLE_BUILDER N
-# Runs `mediaserve task -batch` once an engine (N pinned prompts each; ENGINES defaults to eager
+# e.g. engines.sh Wan-AI/Wan2.1-T2V-1.3B wan 2, or Qwen/Qwen-Image-Edit-2511 qwenimage 2
+# Runs `mediaserve task -batch` once an engine (N pinned inputs each; ENGINES defaults to eager
 # and regional-compile), then prints each job's Task wall, its phases and its raw-frame digest,
 # whether each engine repeats its own bytes, and each load's parity before ready (its figures
 # against eager on this GPU, pyworker/parity.py): the cheap way to hold every engine to eager
@@ -9,22 +10,29 @@
 id=$1 builder=$2 n=${3:-3}
 source .gpu/setup.sh || exit 1
 export MEDIAQUAL_BUNDLES=/tmp/bundles CUDA_VISIBLE_DEVICES=0
-rm -rf /tmp/bundles/Qwen  # the device's 64 GB disk holds one big bundle at a time
-python3 models/$builder/build_l0.py --out /tmp/bundles 2>&1 | tail -1
-head -"$n" fixtures/prompts/t2v.jsonl >/tmp/prompts.jsonl
+# The device's 64 GB disk holds one big bundle at a time (Qwen's is 57.7 GB).
+case $builder in qwenimage) rm -rf /tmp/bundles/Wan-AI ;; *) rm -rf /tmp/bundles/Qwen ;; esac
+ls /tmp/bundles/"$id"*/model_index.json >/dev/null 2>&1 || python3 models/$builder/build_l0.py --out /tmp/bundles 2>&1 | tail -1
+# A text-to-video row takes the t2v prompts; an edit row (BUNDLE_BUILDER qwenimage) the edit
+# fixtures, each a photograph and an instruction.
+case $builder in
+  qwenimage) head -"$n" fixtures/edits/photos.jsonl ;;
+  *) head -"$n" fixtures/prompts/t2v.jsonl ;;
+esac >/tmp/prompts.jsonl
 engines=${ENGINES:-eager regional-compile}
 for engine in $engines; do
-  : >/tmp/batch-$engine.jsonl
-  i=0
-  while read -r line; do
-    p=$(python3 -c 'import json,sys; print(json.dumps(json.loads(sys.argv[1])["text"]))' "$line")
-    # The first prompt twice: an engine must repeat its own bytes.
-    for rep in a b; do
-      [ $i -gt 0 ] && [ $rep = b ] && continue
-      echo "{\"out\": \"/tmp/eng/$engine/$i$rep\", \"fields\": {\"prompt\": $p}}" >>/tmp/batch-$engine.jsonl
-    done
-    i=$((i+1))
-  done </tmp/prompts.jsonl
+  # The first input twice: an engine must repeat its own bytes.
+  python3 - "$engine" "$PWD" >/tmp/batch-$engine.jsonl <<'PY'
+import json, sys
+engine, root = sys.argv[1], sys.argv[2]
+for i, line in enumerate(open("/tmp/prompts.jsonl")):
+    item = json.loads(line)
+    for rep in ("a", "b") if i == 0 else ("a",):
+        job = {"out": "/tmp/eng/%s/%d%s" % (engine, i, rep), "fields": {"prompt": item.get("text") or item["instruction"]}}
+        if "image" in item:
+            job["reference"] = "%s/fixtures/images/%s" % (root, item["image"])
+        print(json.dumps(job))
+PY
   start=$(date +%s.%N)
   /tmp/bin/mediaserve task -model "$id" -batch /tmp/batch-$engine.jsonl -engine $engine >/dev/null 2>/tmp/eng-$engine.log || { tail -20 /tmp/eng-$engine.log; exit 1; }
   echo "$engine: load + jobs $(python3 -c "import time; print(round(time.time() - $start, 1))") s"
