@@ -42,8 +42,9 @@ func run(t *testing.T, env []string, args ...string) (string, int) {
 	return string(out), 0
 }
 
-// A detached run: started, refused a second time while it runs, followed (stage, Tasks), and
-// followed by one command until it ended (WAIT), its archive then handed to that command's $OUT; a machine without a run says so.
+// A detached run: started, refused a second time while it runs, followed (stage, Tasks), then
+// followed by one command until it ended (WAIT), which gets the archive in its $OUT; a machine
+// without a run says so.
 func TestDetachedRun(t *testing.T) {
 	tmp := t.TempDir()
 	fake := filepath.Join(tmp, "qualify.sh")
