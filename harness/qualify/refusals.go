@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,11 +38,8 @@ func (c *caseRun) refusals(s *serving) (string, error) {
 	for i, r := range refusals {
 		id := fmt.Sprintf("%s-refusal-%d", casePrefix(c.Entry.ID), i)
 		c.own = append(c.own, id)
-		fields := map[string]string{"model": c.Entry.ID}
-		for k, v := range it.fields {
-			fields[k] = v
-		}
-		fields[r.field] = r.value
+		fields := maps.Clone(it.fields)
+		fields["model"], fields[r.field] = c.Entry.ID, r.value
 		accepted, err := c.tryRefused(s, fields, it.ref, id)
 		what := fmt.Sprintf("%s=%s", r.field, r.value)
 		var ae *client.APIError
