@@ -74,7 +74,7 @@ status)
 	fi
 	;;
 *)
-	sed -n '2,11p' "$0"
+	sed -n '2,/^set -u/p' "$0" | sed '$d'
 	exit 2
 	;;
 esac
