@@ -164,13 +164,9 @@ class TorchBackend:
         after apply_layout: the graph records the transformer itself, inside any layout.
         regional-compile-fused: the family's own fused kernels (fuse_kernels) in the block first,
         then compiled as above; other bytes, which repeat. regional-compile-fused-graphs: that,
-        graphed (not for a transformer that copies from the host inside its forward, as
-        Qwen-Image's does: a CUDA graph capture cannot record that copy)."""
-        if engine not in ENGINES:
-            raise RuntimeError("engine %r is not one of %s" % (engine, ", ".join(ENGINES)))
+        graphed. A family refuses what it cannot run (check_engine)."""
+        self.check_engine(engine)
         if "-fused" in engine:
-            if self.fused_module is None:
-                raise RuntimeError("engine %s: this family has no fused kernels" % engine)
             self.fuse_kernels(pipe)
         if engine.startswith("regional-compile"):
             # Inductor picks some kernel configs by timing them, so two processes (the native
@@ -187,6 +183,22 @@ class TorchBackend:
         self.engine = engine
 
     fused_module = None  # the family's fused-engine module ("wan.fused"; apply(transformer) -> {what: modules})
+    no_graphs = None  # why the family's transformer cannot be recorded as a CUDA graph, if it cannot
+
+    @classmethod
+    def offered(cls):
+        """The engines this family runs."""
+        return [e for e in ENGINES if not ("-fused" in e and cls.fused_module is None)
+                and not (e.endswith("-graphs") and cls.no_graphs)]
+
+    @classmethod
+    def check_engine(cls, engine):
+        """Refuses, by name and before anything loads, an engine this family does not run."""
+        if engine not in ENGINES:
+            raise RuntimeError("engine %r is not one of %s" % (engine, ", ".join(ENGINES)))
+        if engine not in cls.offered():
+            why = "this family has no fused kernels" if "-fused" in engine and cls.fused_module is None else cls.no_graphs
+            raise RuntimeError("engine %s is not offered: %s; offered: %s" % (engine, why, ", ".join(cls.offered())))
 
     def fuse_kernels(self, pipe):
         """The family's fused kernels (pyworker/fused.py, put in place by its own fused.py) in

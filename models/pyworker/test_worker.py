@@ -119,9 +119,20 @@ class EngineTest(unittest.TestCase):
                                                   "regional-compile-fused, regional-compile-fused-graphs"):
             b.apply_engine(pipe, "max")
         for engine in ("regional-compile-fused", "regional-compile-fused-graphs"):
-            with self.assertRaisesRegex(RuntimeError, "engine %s: this family has no fused kernels" % engine):
+            with self.assertRaisesRegex(RuntimeError, "engine %s is not offered: this family has no fused kernels; "
+                                                      "offered: eager, regional-compile, regional-compile-graphs$" % engine):
                 b.apply_engine(pipe, engine)
         self.assertIsNone(pipe.transformer.compiled, "nothing compiled for an engine the family lacks")
+
+        class NoGraphs(pw.TorchBackend):
+            fused_module = "some.fused"
+            no_graphs = "its forward copies from the host"
+
+        for engine in ("regional-compile-graphs", "regional-compile-fused-graphs"):
+            with self.assertRaisesRegex(RuntimeError, "engine %s is not offered: its forward copies from the host; "
+                                                      "offered: eager, regional-compile, regional-compile-fused$" % engine):
+                NoGraphs().apply_engine(pipe, engine)
+        self.assertIsNone(pipe.transformer.compiled)
 
     @testing.needs("torch")
     def test_regional_compile_is_deterministic_inductor(self):

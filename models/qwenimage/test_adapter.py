@@ -326,6 +326,18 @@ class ConfigTest(unittest.TestCase):
             adapter.DiffusersBackend(adapter.Config(os.path.join(tempfile.gettempdir(), "no-such-bundle")))
         self.assertIn("model_index.json", str(cm.exception))
 
+    def test_graph_engines_are_refused_by_name_before_loading(self):
+        """The H200 showed the capture failing inside the load (after the weights, 12-50 s);
+        the refusal comes first, with the reason and what is offered, bundle or not."""
+        for engine in ("regional-compile-graphs", "regional-compile-fused-graphs"):
+            with self.assertRaises(RuntimeError) as cm:
+                adapter.DiffusersBackend(adapter.Config("/no-such-bundle", engine=engine))
+            self.assertEqual(str(cm.exception), "engine %s is not offered: %s; offered: eager, regional-compile, "
+                             "regional-compile-fused" % (engine, adapter.DiffusersBackend.no_graphs))
+        with self.assertRaises(RuntimeError) as cm:
+            adapter.DiffusersBackend(adapter.Config("/no-such-bundle", engine="regional-compile-fused"))
+        self.assertIn("model_index.json", str(cm.exception), "an offered engine goes on to the bundle")
+
     def test_module_imports_no_torch(self):
         for mod in ("torch", "diffusers", "PIL", "numpy"):
             self.assertNotIn(mod, sys.modules)
