@@ -151,7 +151,8 @@ def fp32_fits(transformer, device, torch):
     free, _ = torch.cuda.mem_get_info(device)
     free += torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
     if extra * FP32_MARGIN > free:
-        return False, "the fp32 transformer needs %.1f GiB more, %.1f GiB free" % (extra / 2**30, free / 2**30)
+        return False, "the fp32 transformer needs %.1f GiB more (%.1f with the %.2fx margin for the step), %.1f GiB free" % (
+            extra / 2**30, extra * FP32_MARGIN / 2**30, FP32_MARGIN, free / 2**30)
     return True, ""
 
 

@@ -42,6 +42,45 @@ class FiguresTest(unittest.TestCase):
             parity.verdict(f, "regional-compile-fused", "ulysses-2")
         parity.verdict(parity.figures(ref, near, fp32), "eager", None)  # passes: no exception
 
+    def test_fp32_fits_keeps_the_margin_and_says_it(self):
+        """MiniMax-H3 on the H200: 61.7 GiB more needed, 71.1 free, refused for the margin."""
+        from pyworker import parity
+
+        class Device:
+            def __init__(self, kind):
+                self.type = kind.split(":")[0]
+
+        class Tensor:
+            dtype, device = "bf16", Device("cuda:0")
+
+            def numel(self):
+                return 40 * 2**30 // 2  # 40 GiB in bf16: 40 GiB more in fp32
+
+        class Transformer:
+            def parameters(self):
+                return [Tensor()]
+
+            def buffers(self):
+                return []
+
+        class Torch:
+            bfloat16, float16, device = "bf16", "f16", Device
+
+            class cuda:
+                free = 0
+
+                @classmethod
+                def mem_get_info(cls, device):
+                    return cls.free, 0
+
+                memory_reserved = memory_allocated = staticmethod(lambda device: 0)
+
+        Torch.cuda.free = 45 * 2**30  # 40 x 1.25 = 50 > 45: no
+        self.assertEqual(parity.fp32_fits(Transformer(), "cuda:0", Torch),
+                         (False, "the fp32 transformer needs 40.0 GiB more (50.0 with the 1.25x margin for the step), 45.0 GiB free"))
+        Torch.cuda.free = 51 * 2**30
+        self.assertEqual(parity.fp32_fits(Transformer(), "cuda:0", Torch), (True, ""))
+
 
 @testing.needs("torch", "diffusers", "transformers")
 class PrepareTest(unittest.TestCase):
