@@ -56,7 +56,7 @@ func Entries() []spec.Entry {
 		// a 130.2 GiB peak while it encodes a prompt beside the transformer (measured on an H200,
 		// reports/published/minimax-h3-L0-random-single-native).
 		Status: spec.Planned,
-		Note:   "native adapter runs on one H200 with in-memory L0-random weights (one native Task, 332 s); multi-GPU layouts and real weights not yet run",
+		Note:   "native adapter runs on one H200 with in-memory L0-random weights (one native Task, 327 s, parity before ready at the pinned shape); multi-GPU layouts and real weights not yet run",
 		Bundle: "MiniMaxAI/MiniMax-H3", GPU: &spec.GPUNeeds{Count: 1, MemoryGB: 140},
 		Video: &spec.VideoContract{MinMotion: 0.5, MinStdDev: 2}, Fixtures: "t2v-prompts",
 		// As for Wan: bf16 drift across GPUs; a judgment, not yet calibrated on real weights.

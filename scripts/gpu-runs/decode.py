@@ -1,6 +1,7 @@
 """Pillow's decode of PNG uploads as the worker does it (models/pyworker/job.py open_reference),
 timed alone: wall and this thread's CPU time, and zlib's inflate of the IDAT data alone. With
---torch, again after importing torch and touching the GPU, as a worker has.
+--torch, again after importing torch and touching the GPU, as a worker has, and with
+torchvision's decoder instead.
   python3 scripts/gpu-runs/decode.py [--torch] FILE.png...
 After a Qwen qualification the uploads are the case's references/*.png."""
 import argparse
@@ -25,12 +26,21 @@ def idat(path):
     return b"".join(out)
 
 
-def report(tag, paths, reps):
+def torchvision_reference(path):
+    """The alternative in the kit: torchvision's decode_png (libpng), then the Pillow image the
+    pipeline takes."""
+    from PIL import Image
+    from torchvision.io import decode_png, read_file
+
+    return Image.fromarray(decode_png(read_file(path)).permute(1, 2, 0).numpy())
+
+
+def report(tag, paths, reps, decode=open_reference):
     wall, cpu, inflate = [], [], []
     for _ in range(reps):
         for p in paths:
             w, c = time.perf_counter(), time.thread_time()
-            open_reference(p)
+            decode(p)
             wall.append((time.perf_counter() - w) * 1e3)
             cpu.append((time.thread_time() - c) * 1e3)
             data = idat(p)
@@ -56,6 +66,7 @@ def main():
         import torch
         torch.ones(1, device="cuda" if torch.cuda.is_available() else "cpu").sum().item()
         report("torch imported", a.files, a.reps)
+        report("torchvision", a.files, a.reps, torchvision_reference)
 
 
 if __name__ == "__main__":
