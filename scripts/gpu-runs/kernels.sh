@@ -4,6 +4,6 @@
 #   bash scripts/gpu-runs/kernels.sh
 source .gpu/setup.sh || exit 1
 export CUDA_VISIBLE_DEVICES=0
-nvidia-smi --query-gpu=name,power.limit,driver_version,clocks.max.sm --format=csv,noheader
+bash scripts/gpu-runs/machine.sh
 python3 scripts/gpu-runs/kernels.py | tee "$OUT/kernels.jsonl"
 exit "${PIPESTATUS[0]}"

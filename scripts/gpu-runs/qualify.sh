@@ -19,7 +19,7 @@ case $builder in
   wan22) [ -f /tmp/bundles/Wan-AI/Wan2.2-TI2V-5B-Diffusers/model_index.json ] || time python3 models/wan/build_l0.py --out /tmp/bundles --wan22 2>&1 | tail -3 ;;
   qwen) [ -f /tmp/bundles/Qwen/Qwen-Image-Edit-2511/model_index.json ] || time python3 models/qwenimage/build_l0.py --out /tmp/bundles 2>&1 | tail -3 ;;
 esac
-nvidia-smi --query-gpu=name,power.limit,driver_version,clocks.max.sm --format=csv,noheader  # machine to machine bytes
+bash scripts/gpu-runs/machine.sh | tee "$OUT/machine-$tag.txt"  # machine to machine bytes
 ( while sleep 20; do nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader; done ) >"$OUT/smi-$tag.log" &
 time timeout "${LIMIT:-480}" /tmp/bin/qual.test -test.run "$row" -test.v=test2json -test.count=1 -test.timeout $((${LIMIT:-480} + 300))s >"$OUT/test2json-$tag.out" 2>&1
 echo "qual.test rc=$?"
@@ -28,7 +28,7 @@ cd "$MEDIAQUAL_REPORT_DIR" || exit 1
 # What comes back: one archive a run (the device returns at most 8 files a call, so two runs
 # fit one call), with the reports, the ledger, logs and pictures; artifacts and raw frames stay
 # there (the device returns files up to 16 MiB).
-mv "$OUT/smi-$tag.log" "$OUT/test2json-$tag.out" .
+mv "$OUT/smi-$tag.log" "$OUT/test2json-$tag.out" "$OUT/machine-$tag.txt" .
 tar cf /tmp/run.tar --exclude='*.mp4' --exclude='*.rgb' --exclude='*.png' --exclude='profile_export_raw.jsonl' \
   --exclude='inputs.json' --exclude='raw_records' .
 find . -path '*pictures*' -name '*.png' -print0 | tar rf /tmp/run.tar --null -T -  # the report's pictures only

@@ -14,7 +14,7 @@ case $family in
   *) echo "family: wan or qwenimage"; exit 2 ;;
 esac
 [ -f $bundle/model_index.json ] || { time python3 models/$family/build_l0.py --out /tmp/bundles 2>&1 | tail -1; }
-nvidia-smi --query-gpu=name,power.limit,driver_version,clocks.max.sm --format=csv,noheader  # machine to machine bytes
+bash scripts/gpu-runs/machine.sh  # machine to machine bytes
 python3 -c 'import torch; print("sdpa priority:", torch._C._get_sdp_priority_order())' 2>&1 | tail -1
 for v in $variants; do
   timeout 270 python3 scripts/gpu-runs/speed.py $family $bundle "$v" "$n" 2>"$OUT/speed-$family-${v//+/_}.log" \
