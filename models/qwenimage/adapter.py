@@ -166,13 +166,14 @@ class DiffusersBackend(pw.TorchBackend):
     precision = PRECISION
     size_multiple = SIZE_MULTIPLE
     fused_module = "qwenimage.fused"
-    # Measured on the H200 (the load failed in the capture): diffusers 0.42.1's
+    # On the H200 the load failed inside the capture ("Cannot copy between CPU and CUDA tensors
+    # during CUDA graph capture unless the CPU tensor is pinned"). Read in diffusers 0.42.1:
     # QwenImageTransformer2DModel.forward builds tensors from host values on every call
-    # (zero_cond_t's modulate_index: torch.tensor of a Python list, on the device), a copy from
-    # pageable memory that CUDA graph capture refuses. At 580 ms a step the launches a graph
-    # would save do not matter; the row's engine is regional-compile-fused.
+    # (zero_cond_t's modulate_index, torch.tensor of a Python list on the device). At 580 ms a
+    # step the launches a graph would save do not matter; the row's engine is
+    # regional-compile-fused.
     no_graphs = ("Qwen-Image's transformer copies host values to the device inside its forward "
-                 "(diffusers' modulate_index), which a CUDA graph cannot record")
+                 "(diffusers' modulate_index, for one), which a CUDA graph cannot record")
     log = staticmethod(log)
 
     def __init__(self, cfg):
