@@ -140,7 +140,7 @@ generate:
 list:
 	@$(GO) run ./cmd/casegen -list
 
-# The offline kit for the lent GPU machines, in .gpu/ (docs/GPU.md, "The device kit"): wheels
+# The offline kit for the lent GPU machines, in .gpu/ (docs/DEVICE-KIT.md): wheels
 # and ffmpeg are downloaded once, mediaserve and the gpu-tagged suite binary rebuilt every time.
 gpu-kit:
 	GO=$(GO) bash scripts/gpu-kit/build.sh

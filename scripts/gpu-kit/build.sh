@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# `make gpu-kit`: build the offline kit for the lent H200 machines in .gpu/ (docs/GPU.md, "The
-# device kit"). The wheels are fetched and packed again only when wheels.txt changed, ffmpeg only
+# `make gpu-kit`: build the offline kit for the lent H200 machines in .gpu/ (docs/DEVICE-KIT.md).
+# The wheels are fetched and packed again only when wheels.txt changed, ffmpeg only
 # when missing; the two binaries are rebuilt every time, so rerunning after a code change is cheap.
 set -euo pipefail
 cd "$(dirname "$0")/../.."

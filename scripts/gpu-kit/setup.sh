@@ -1,5 +1,5 @@
 # Sourced at the start of every device call (`source .gpu/setup.sh`): installs the kit that
-# `make gpu-kit` built (docs/GPU.md, "The device kit"). Copied to .gpu/ from scripts/gpu-kit/.
+# `make gpu-kit` built (docs/DEVICE-KIT.md). Copied to .gpu/ from scripts/gpu-kit/.
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 # NVLink multicast stays off on the shared multi-GPU hosts (NCCL, PyTorch, NVSHMEM).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1

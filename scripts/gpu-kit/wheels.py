@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The device kit's wheels: what the H200 lacks for diffusers and AIPerf (docs/GPU.md).
+"""The device kit's wheels: what the H200 lacks for diffusers and AIPerf (docs/DEVICE-KIT.md).
 
   wheels.py lock   resolve ROOTS for CPython 3.12 manylinux x86_64 (pip's dry-run report,
                    metadata only), keep what the device lacks, write wheels.txt

@@ -44,7 +44,7 @@ func TestDocsStateTheEncoder(t *testing.T) {
 	settings := regexp.MustCompile("`(-preset [^`]*)`")
 	profile := regexp.MustCompile(`H\.264 ([A-Z][A-Za-z]*(?: [A-Z][A-Za-z]*)*)`)
 	stated := map[string]int{}
-	for _, doc := range []string{"docs/API.md", "docs/GPU.md", "README.md"} {
+	for _, doc := range []string{"docs/API.md", "docs/GPU.md", "docs/DEVICE-KIT.md", "README.md"} {
 		b, err := os.ReadFile(filepath.Join("..", "..", doc))
 		require.NoError(t, err)
 		for _, m := range settings.FindAllStringSubmatch(string(b), -1) {
