@@ -1,18 +1,23 @@
 #!/bin/bash
 # Engines side by side on the same bundle, same prompts, in one call:
 #   ENGINES="eager regional-compile" bash scripts/gpu-runs/engines.sh ROW_ID BUNDLE_BUILDER N
-# e.g. engines.sh Wan-AI/Wan2.1-T2V-1.3B wan 2, or Qwen/Qwen-Image-Edit-2511 qwenimage 2
+# e.g. engines.sh Wan-AI/Wan2.1-T2V-1.3B wan 2, Qwen/Qwen-Image-Edit-2511 qwenimage 2, or
+# STEPS=2 engines.sh Wan-AI/Wan2.2-TI2V-5B wan22 2 (wan22: the Wan builder's --wan22 bundle)
 # Runs `mediaserve task -batch` once an engine (N pinned inputs each; ENGINES defaults to eager
 # and regional-compile), then prints each job's Task wall, its phases and its raw-frame digest,
 # whether each engine repeats its own bytes, and each load's parity before ready (its figures
 # against eager on this GPU, pyworker/parity.py): the cheap way to hold every engine to eager
-# on the GPU, one load each, without a qualification.
+# on the GPU, one load each, without a qualification. STEPS=N sets each job's
+# num_inference_steps (default the row's): the shape, and so what a compiled engine runs
+# compiled, stays the row's pinned one, so a long row (Wan2.2's 50 steps) fits a device call.
 id=$1 builder=$2 n=${3:-3}
 source .gpu/setup.sh || exit 1
 export MEDIAQUAL_BUNDLES=/tmp/bundles CUDA_VISIBLE_DEVICES=0
 # The device's 64 GB disk holds one big bundle at a time (Qwen's is 57.7 GB).
 case $builder in qwenimage) rm -rf /tmp/bundles/Wan-AI ;; *) rm -rf /tmp/bundles/Qwen ;; esac
-ls /tmp/bundles/"$id"*/model_index.json >/dev/null 2>&1 || python3 models/$builder/build_l0.py --out /tmp/bundles 2>&1 | tail -1
+bash scripts/gpu-runs/machine.sh
+case $builder in wan22) build="models/wan/build_l0.py --wan22" ;; *) build=models/$builder/build_l0.py ;; esac
+ls /tmp/bundles/"$id"*/model_index.json >/dev/null 2>&1 || python3 $build --out /tmp/bundles 2>&1 | tail -1
 # A text-to-video row takes the t2v prompts; an edit row (BUNDLE_BUILDER qwenimage) the edit
 # fixtures, each a photograph and an instruction.
 case $builder in
@@ -22,13 +27,15 @@ esac >/tmp/prompts.jsonl
 engines=${ENGINES:-eager regional-compile}
 for engine in $engines; do
   # The first input twice: an engine must repeat its own bytes.
-  python3 - "$engine" "$PWD" >/tmp/batch-$engine.jsonl <<'PY'
+  python3 - "$engine" "$PWD" "${STEPS:-}" >/tmp/batch-$engine.jsonl <<'PY'
 import json, sys
-engine, root = sys.argv[1], sys.argv[2]
+engine, root, steps = sys.argv[1], sys.argv[2], sys.argv[3]
 for i, line in enumerate(open("/tmp/prompts.jsonl")):
     item = json.loads(line)
     for rep in ("a", "b") if i == 0 else ("a",):
         job = {"out": "/tmp/eng/%s/%d%s" % (engine, i, rep), "fields": {"prompt": item.get("text") or item["instruction"]}}
+        if steps:
+            job["fields"]["num_inference_steps"] = steps
         if "image" in item:
             job["reference"] = "%s/fixtures/images/%s" % (root, item["image"])
         print(json.dumps(job))
