@@ -17,7 +17,10 @@ export MEDIAQUAL_BUNDLES=/tmp/bundles CUDA_VISIBLE_DEVICES=0
 case $builder in qwenimage) rm -rf /tmp/bundles/Wan-AI ;; *) rm -rf /tmp/bundles/Qwen ;; esac
 bash scripts/gpu-runs/machine.sh
 case $builder in wan22) build="models/wan/build_l0.py --wan22" ;; *) build=models/$builder/build_l0.py ;; esac
-ls /tmp/bundles/"$id"*/model_index.json >/dev/null 2>&1 || python3 $build --out /tmp/bundles 2>&1 | tail -1
+if ! ls /tmp/bundles/"$id"*/model_index.json >/dev/null 2>&1; then
+  python3 $build --out /tmp/bundles >/tmp/build.log 2>&1 || { tail -20 /tmp/build.log; exit 1; }
+  echo "bundle built: $(ls -d /tmp/bundles/"$id"*)"
+fi
 # A text-to-video row takes the t2v prompts; an edit row (BUNDLE_BUILDER qwenimage) the edit
 # fixtures, each a photograph and an instruction.
 case $builder in
