@@ -143,6 +143,7 @@ def require_bundle(bundle):
 
 
 ENGINES = ("eager", "regional-compile", "regional-compile-graphs", "regional-compile-fused", "regional-compile-fused-graphs")
+COMPILE_OPTIONS = {"deterministic": True}  # inductor options of every regional compile (apply_engine)
 
 
 class TorchBackend:
@@ -170,14 +171,18 @@ class TorchBackend:
             self.fuse_kernels(pipe)
         if engine.startswith("regional-compile"):
             # Inductor picks some kernel configs by timing them, so two processes (the native
-            # path and the server) can pick differently and differ in the last bits (seen on the
-            # H200). Deterministic mode takes its configs by heuristic instead.
+            # path and the server, or two machines) can pick differently and differ in the last
+            # bits. Deterministic mode takes its configs by heuristic instead. It is the
+            # compile's own option: the global torch._inductor.config.deterministic does not
+            # last, as dynamo restores torch.use_deterministic_algorithms' state after every
+            # frame it compiles, and that setter writes the flag too (torch 2.11). Set globally,
+            # every compile after the first (Qwen's, for the negative prompt's length) ran
+            # without it, and Qwen's bytes differed from machine to machine.
             import torch._inductor.config as inductor
 
             if not hasattr(inductor, "deterministic"):
                 raise RuntimeError("this torch has no torch._inductor.config.deterministic: regional-compile cannot promise the same bytes in two processes")
-            inductor.deterministic = True
-            pipe.transformer.compile_repeated_blocks(fullgraph=True)
+            pipe.transformer.compile_repeated_blocks(fullgraph=True, options=COMPILE_OPTIONS)
         if engine.endswith("-graphs"):
             self.graph_transformer(pipe)
         self.engine = engine

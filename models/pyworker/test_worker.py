@@ -138,11 +138,64 @@ class EngineTest(unittest.TestCase):
     def test_regional_compile_is_deterministic_inductor(self):
         import torch._inductor.config as inductor
 
+        self.assertTrue(hasattr(inductor, "deterministic"), "the option apply_engine passes exists in this torch")
         b, pipe = pw.TorchBackend(), CompilablePipe()
         b.apply_engine(pipe, "regional-compile")
-        self.assertEqual(pipe.transformer.compiled, {"fullgraph": True})
-        self.assertTrue(inductor.deterministic)
+        self.assertEqual(pipe.transformer.compiled, {"fullgraph": True, "options": {"deterministic": True}})
         self.assertEqual(b.engine, "regional-compile")
+
+    @testing.needs("torch", "diffusers")
+    def test_every_compile_of_a_block_is_deterministic(self):
+        """The real thing on the CPU: a diffusers model's repeated block compiled as
+        apply_engine compiles it, then called at two sequence lengths (a static compile, then
+        dynamo's dynamic recompile, as Qwen's prompt and negative prompt make). Inductor's
+        deterministic mode is on in both; set globally instead, it was off in the second."""
+        import torch
+        import torch._inductor.config as inductor
+        import torch._inductor.graph as graph
+        from diffusers.models.modeling_utils import ModelMixin
+
+        class Block(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin, self.norm = torch.nn.Linear(8, 8), torch.nn.LayerNorm(8)
+
+            def forward(self, x):
+                return self.norm(torch.relu(self.lin(x)) + x)
+
+        class Tiny(ModelMixin):
+            _repeated_blocks = ["Block"]
+
+            def __init__(self):
+                super().__init__()
+                self.blocks = torch.nn.ModuleList([Block(), Block()])
+
+            def forward(self, x):
+                for blk in self.blocks:
+                    x = blk(x)
+                return x
+
+        class Pipe:
+            transformer = Tiny()
+
+        seen, codegen = [], graph.GraphLowering.codegen
+
+        def recording(self, *a, **kw):
+            seen.append(inductor.deterministic)
+            return codegen(self, *a, **kw)
+
+        torch._dynamo.reset()
+        graph.GraphLowering.codegen = recording
+        try:
+            pw.TorchBackend().apply_engine(Pipe, "regional-compile")
+            # Compiled, not loaded from inductor's on-disk cache, so that codegen runs.
+            with torch.inference_mode(), inductor.patch(force_disable_caches=True):
+                for n in (5, 7):
+                    Pipe.transformer(torch.randn(1, n, 8))
+        finally:
+            graph.GraphLowering.codegen = codegen
+            torch._dynamo.reset()
+        self.assertEqual(seen, [True, True], "inductor's deterministic flag at each compile of the block")
 
     @testing.needs("torch")
     def test_regional_compile_graphs_graphs_the_transformer_inside_a_layout(self):
@@ -153,7 +206,7 @@ class EngineTest(unittest.TestCase):
         b, pipe = pw.TorchBackend(), CompilablePipe()
         b.torch = torch
         b.apply_engine(pipe, "regional-compile-graphs")
-        self.assertEqual(pipe.transformer.compiled, {"fullgraph": True})
+        self.assertEqual(pipe.transformer.compiled, {"fullgraph": True, "options": {"deterministic": True}})
         self.assertIsInstance(pipe.transformer.forward, GraphedForward)
         # No CUDA tensor in the call: the plain forward, counted as such.
         self.assertEqual(pipe.transformer.forward(hidden_states=torch.zeros(1), return_dict=False)[0], "plain")
