@@ -1,5 +1,6 @@
-"""Tests of the shared worker machinery (worker.py) that need no torch; numpy only where
-installed. models/pyworker/worker_test.go runs them under `go test ./...`."""
+"""Tests of the shared worker machinery (worker.py); those that need torch, numpy, Pillow or
+diffusers are not run without them. models/pyworker/worker_test.go runs them under `go test
+./...` twice: with the plain python3 (the pure paths) and with the torch environment (all)."""
 
 import gc
 import os
