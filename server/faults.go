@@ -34,7 +34,7 @@ var Faults = map[string]string{
 	"job-fails":           "every job fails",
 	"job-hangs":           "every job hangs until it is cancelled",
 	"poll-500":            "the first poll of every unfinished job answers 500",
-	"artifact-missing":    "the artifact file disappears when its job completes",
+	"artifact-missing":    "the artifact (its file, or an inline edit's image) is lost when its job completes",
 	"delete-leaves-files": "DELETE answers deleted but leaves the artifact on disk",
 	"latency-spike":       "the third job of a size waits 3 s before its Task runs",
 	"delete-keeps-job":    "DELETE answers deleted but the job stays",

@@ -326,6 +326,7 @@ func (s *Server) createEdit(w http.ResponseWriter, r *http.Request) {
 	info.inputs["reference_sha256"] = refSum
 	info.inputs["reference_size"] = refSize.String()
 	j := s.newJob("img_", ".png", spec.ImageEdit, l, spec.Request{Settings: settings, ReferenceFile: refBytes}, info)
+	j.inline = respFormat == "b64_json"
 	if !decodesReferenceFile(l.model.Task) { // a worker decodes the upload itself
 		j.reference = make(pendingReference, 1)
 	}
@@ -344,7 +345,7 @@ func (s *Server) createEdit(w http.ResponseWriter, r *http.Request) {
 		<-j.done
 		return
 	}
-	s.respondEdit(w, j, respFormat)
+	s.respondEdit(w, j)
 }
 
 // editInputs validates the route-level edit fields and the one reference image's header and
@@ -388,15 +389,10 @@ func (s *Server) editInputs(f *form) (size *spec.Size, upload []byte, sum, respF
 	return size, refs[0], digest(refs[0]), respFormat, nil
 }
 
-func (s *Server) respondEdit(w http.ResponseWriter, j *job, respFormat string) {
+func (s *Server) respondEdit(w http.ResponseWriter, j *job) {
 	s.mu.Lock()
 	p, jerr, timing := j.product, j.err, j.timing()
-	keep := respFormat == "url" && p != nil && !j.deleted
-	var png []byte
-	var readErr error
-	if p != nil && !keep {
-		png, readErr = os.ReadFile(j.path)
-	}
+	keep := !j.inline && p != nil && !j.deleted
 	if !keep && !j.deleted {
 		s.forget(j, "returned inline") // b64_json keeps nothing on the server
 	}
@@ -409,8 +405,8 @@ func (s *Server) respondEdit(w http.ResponseWriter, j *job, respFormat string) {
 		}
 		writeError(w, errf(status, jerr.Code, jerr.param, "%s", jerr.Message))
 		return
-	case readErr != nil:
-		writeError(w, errf(http.StatusInternalServerError, "artifact_missing", "", "reading the edited image: %v", readErr))
+	case !keep && p.Inline == nil:
+		writeError(w, errf(http.StatusInternalServerError, "artifact_missing", "", "the edited image of %s is missing", j.id))
 		return
 	}
 	answer := map[string]any{
@@ -425,7 +421,7 @@ func (s *Server) respondEdit(w http.ResponseWriter, j *job, respFormat string) {
 		writeJSON(w, http.StatusOK, answer)
 		return
 	}
-	writeInlineImage(w, png, answer)
+	writeInlineImage(w, p.Inline, answer)
 }
 
 // writeInlineImage writes the JSON answer {"data":[{"b64_json": image}], ...fields} with the

@@ -44,6 +44,7 @@ type job struct {
 	base          string // scheme://host the client used, for absolute URLs
 	inputs        map[string]string
 	path          string
+	inline        bool // an edit answered in its response (b64_json): no artifact file
 	ctx           context.Context
 	cancel        context.CancelCauseFunc
 	done          chan struct{}
@@ -129,7 +130,11 @@ func (s *Server) runEncoder(l *lane, i int) {
 		s.mu.Lock()
 		e.j.encoding = time.Now()
 		s.mu.Unlock()
-		p, err := e.g.encode(e.j.ctx, e.j.path, s.fault)
+		path := e.j.path
+		if e.j.inline {
+			path = ""
+		}
+		p, err := e.g.encode(e.j.ctx, path, s.fault)
 		if err != nil && e.j.ctx.Err() != nil {
 			err = context.Cause(e.j.ctx)
 		}
@@ -201,6 +206,7 @@ func (s *Server) finish(j *job, p Product, err error) {
 		j.product, j.progress = &p, 100
 		if s.fault.is("artifact-missing") {
 			os.Remove(j.path)
+			j.product.Inline = nil
 		}
 	}
 	if status != "cancelled" {

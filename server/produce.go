@@ -19,7 +19,8 @@ import (
 
 // Product is one finished generation: the encoded artifact and what was really produced.
 type Product struct {
-	Path           string             `json:"path"`
+	Path           string             `json:"path"` // "" for an edit answered inline
+	Inline         []byte             `json:"-"`    // that edit's PNG, kept in memory instead
 	SHA256         string             `json:"sha256"`
 	Bytes          int64              `json:"bytes"`
 	FramesSHA256   string             `json:"frames_sha256"` // over the Task's raw frames as RGBA, before encoding
@@ -83,9 +84,10 @@ func generate(ctx context.Context, task spec.Task, cp spec.Checkpoint, capabilit
 	}}, nil
 }
 
-// encode writes the artifact to path and digests the raw frames: a video's encoder digests
-// the frames it is fed, so a streamed clip's digest is mostly done when its Task returns;
-// otherwise (a PNG, or frames a fault replaced) the digest runs beside the encoder.
+// encode writes the artifact to path ("" for an edit answered inline: its PNG stays in memory,
+// Product.Inline) and digests the raw frames: a video's encoder digests the frames it is fed,
+// so a streamed clip's digest is mostly done when its Task returns; otherwise (a PNG, or frames
+// a fault replaced) the digest runs beside the encoder.
 func (g generated) encode(ctx context.Context, path string, f *fault) (Product, error) {
 	p := g.p
 	p.Path = path
@@ -108,9 +110,9 @@ func (g generated) encode(ctx context.Context, path string, f *fault) (Product, 
 		}
 		err = encode.MP4(ctx, path, v, f.fps(g.req.FPS))
 	default:
-		p.SHA256, p.Bytes, err = writePNG(path, v)
+		p.SHA256, p.Bytes, p.Inline, err = encodePNG(path, v)
 	}
-	if err == nil {
+	if err == nil && path != "" {
 		var changed bool
 		if changed, err = f.encoded(path); changed {
 			p.SHA256 = ""
@@ -202,58 +204,36 @@ func checkActual(cp spec.Checkpoint, capability spec.Capability, s spec.Settings
 	return v, nil
 }
 
-func writePNG(path string, img spec.Video) (sha string, n int64, err error) {
+// encodePNG encodes img in memory and digests it beside the file's write; without a path the
+// bytes are the product (an edit answered inline, which keeps nothing on the server, so writing
+// a file only to read it back and delete it is skipped: about 4 ms of the edit's overhead on
+// the H200 host, docs/PERFORMANCE.md).
+func encodePNG(path string, img spec.Video) (sha string, n int64, inline []byte, err error) {
+	var buf bytes.Buffer
+	if err := encode.PNG(&buf, img); err != nil {
+		return "", 0, nil, err
+	}
+	b := buf.Bytes()
+	sum := make(chan [sha256.Size]byte, 1)
+	go func() { sum <- sha256.Sum256(b) }()
+	if path == "" {
+		inline = b
+	} else {
+		err = writeFileAtomic(path, b)
+	}
+	digest := <-sum
+	return hex.EncodeToString(digest[:]), int64(len(b)), inline, err
+}
+
+// writeFileAtomic writes b to a temporary name beside path (the one removeFiles knows) and
+// renames it, so a reader never sees a partial artifact.
+func writeFileAtomic(path string, b []byte) error {
 	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
-	f, err := os.Create(tmp)
-	if err != nil {
-		return "", 0, err
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		os.Remove(tmp)
+		return err
 	}
-	defer os.Remove(tmp)
-	hw := newHashingWriter(f)
-	err = encode.PNG(hw, img)
-	if sha, n = hw.sum(); err != nil {
-		f.Close()
-		return "", 0, err
-	}
-	if err := f.Close(); err != nil {
-		return "", 0, err
-	}
-	return sha, n, os.Rename(tmp, path)
-}
-
-// hashingWriter writes to w and digests what it wrote (sha256) on another goroutine, from a
-// copy: the digest of a 1024² PNG (2.3 MB, about 1.2 ms) then runs while the file is written,
-// not after it, reading the file back.
-type hashingWriter struct {
-	w      io.Writer
-	n      int64
-	pieces chan []byte
-	digest chan string
-}
-
-func newHashingWriter(w io.Writer) *hashingWriter {
-	hw := &hashingWriter{w: w, pieces: make(chan []byte, 64), digest: make(chan string, 1)}
-	go func() {
-		h := sha256.New()
-		for b := range hw.pieces {
-			h.Write(b)
-		}
-		hw.digest <- hex.EncodeToString(h.Sum(nil))
-	}()
-	return hw
-}
-
-func (hw *hashingWriter) Write(p []byte) (int, error) {
-	n, err := hw.w.Write(p)
-	hw.pieces <- bytes.Clone(p[:n]) // the caller may reuse p once Write returns
-	hw.n += int64(n)
-	return n, err
-}
-
-// sum ends the writer and returns the digest and size of what was written.
-func (hw *hashingWriter) sum() (string, int64) {
-	close(hw.pieces)
-	return <-hw.digest, hw.n
+	return os.Rename(tmp, path)
 }
 
 func digestFile(path string) (string, int64, error) {

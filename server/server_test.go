@@ -338,6 +338,16 @@ func TestImageEdit(t *testing.T) {
 	refImg, _ := png.Decode(bytes.NewReader(ref))
 	assert.NotEqual(t, pixel(refImg, 10, 10), pixel(dec, 10, 10), "the edit changed the image")
 	assert.Empty(t, e.files(t), "b64_json keeps nothing on disk")
+	sum := sha256.Sum256(out) // the PNG kept in memory: digested as sent
+	assert.Equal(t, hex.EncodeToString(sum[:]), obj["sha256"])
+	var ledgered []string
+	for _, en := range e.ledger.entries(t) {
+		if en.Event == "job" && en.Output != nil {
+			ledgered = append(ledgered, en.Output.SHA256)
+			assert.EqualValues(t, len(out), en.Output.Bytes)
+		}
+	}
+	assert.Equal(t, []string{hex.EncodeToString(sum[:])}, ledgered)
 
 	r = e.postForm(t, "/v1/images/edits", map[string]string{"model": "ref-edit", "prompt": "grayscale", "size": "256x256", "response_format": "url"}, part{"image[]", "ref.png", ref})
 	require.Equal(t, 200, r.status, "%s", r.body)
@@ -536,6 +546,17 @@ func TestLanesServeInParallel(t *testing.T) {
 	assert.Equal(t, []any{"0", "1"}, m["lane_devices"])
 	assert.NotContains(t, m, "layout")
 	assert.NotContains(t, m, "layouts")
+}
+
+// TestInlineEditArtifactMissing: the fault that loses a finished artifact loses an inline
+// edit's image too (it never was a file): the answer is a 500 naming it, not an empty image.
+func TestInlineEditArtifactMissing(t *testing.T) {
+	e := start(t, server.Config{Fault: "artifact-missing"})
+	r := e.postForm(t, "/v1/images/edits", map[string]string{"model": "ref-edit", "prompt": "invert the colours", "size": "auto"},
+		part{"image", "ref.png", pngBytes(t, 32, 32, color.RGBA{40, 90, 200, 255})})
+	require.Equal(t, 500, r.status, "%s", r.body)
+	assert.Equal(t, "artifact_missing", r.json(t)["error"].(map[string]any)["code"])
+	assert.Empty(t, e.files(t))
 }
 
 // TestStreamedClipAndFaults: ref-t2v streams every frame into the encoder before it returns;
