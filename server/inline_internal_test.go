@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -14,7 +16,7 @@ import (
 
 // The streamed answer decodes to exactly what encoding/json writes for the same fields.
 func TestInlineImageIsTheJSONAnswer(t *testing.T) {
-	img := make([]byte, 100_003) // not a multiple of 3: base64 padding
+	img := make([]byte, 2*base64Piece+100_003) // three pieces; not a multiple of 3: padding
 	for i := range img {
 		img[i] = byte(rand.IntN(256))
 	}
@@ -22,6 +24,7 @@ func TestInlineImageIsTheJSONAnswer(t *testing.T) {
 	rec := httptest.NewRecorder()
 	writeInlineImage(rec, img, fields)
 	assert.Equal(t, "application/json", rec.Header().Get("Content-Type"))
+	assert.Equal(t, strconv.Itoa(rec.Body.Len()), rec.Header().Get("Content-Length"))
 	assert.Contains(t, rec.Body.String(), `"html":"<&>"`, "no HTML escaping, as writeJSON")
 	var got map[string]any
 	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &got))
@@ -35,6 +38,36 @@ func TestInlineImageIsTheJSONAnswer(t *testing.T) {
 	var wantObj map[string]any
 	require.NoError(t, json.Unmarshal(wantJSON, &wantObj))
 	assert.Equal(t, wantObj, got)
+}
+
+// encodeBase64 over the cores is base64.StdEncoding's encoding at every length, whatever the
+// pieces (lengths around the piece size and multiples of 3, padding of 0, 1 or 2), its parts
+// joined in order.
+func TestEncodeBase64(t *testing.T) {
+	src := make([]byte, 4*base64Piece+2)
+	for i := range src {
+		src[i] = byte(rand.IntN(256))
+	}
+	var lengths []int
+	for _, k := range []int{0, base64Piece, 2 * base64Piece, 4 * base64Piece} {
+		for d := range 3 {
+			lengths = append(lengths, k+d)
+		}
+	}
+	for _, procs := range []int{1, 2, 3, 7} {
+		prev := runtime.GOMAXPROCS(procs)
+		for _, n := range append(lengths, base64Piece-1, 3*base64Piece-2, 3*base64Piece/2+1) {
+			parts := encodeBase64(src[:n])
+			require.Len(t, parts, (n+base64Piece-1)/base64Piece)
+			var dst []byte
+			for i := range parts {
+				<-parts[i].done
+				dst = append(dst, parts[i].b64...)
+			}
+			require.Equal(t, base64.StdEncoding.EncodeToString(src[:n]), string(dst), "%d bytes, GOMAXPROCS %d", n, procs)
+		}
+		runtime.GOMAXPROCS(prev)
+	}
 }
 
 type discard struct{ h http.Header }
@@ -55,7 +88,7 @@ func BenchmarkInlineImage(b *testing.B) {
 	}
 	fields := map[string]any{"id": "img_1", "size": "1024x1024", "output_format": "png"}
 	w := discard{http.Header{}}
-	b.Run("streamed", func(b *testing.B) {
+	b.Run("pieces", func(b *testing.B) {
 		for b.Loop() {
 			writeInlineImage(w, img, fields)
 		}
