@@ -1,9 +1,12 @@
 # Reproduce: on a machine with Go, `make gpu-kit` (the kit in .gpu/), carry the repository and
 # .gpu/ to an H200, then from the repository root (the script removes other bundles first: the
-# 57.7 GB bundle needs the disk; the row's engine, regional-compile-fused, is the default):
+# 57.7 GB bundle needs the disk; the row's engine, regional-compile-fused, is the default). This
+# run went detached (docs/DEVICE-KIT.md section 6), the same script under scripts/gpu-runs/detached.sh:
 LIMIT=500 bash scripts/gpu-runs/qualify.sh Qwen qwen
 # The uploads' decode alone, on the same machine (decode.txt):
-python3 scripts/gpu-runs/decode.py --torch $(find /tmp/rep-Qwen-row-engine-row-layout-c1 -path '*references*' -name '*.png' | sort)
-# engines.txt: a non-row engine held to eager at load, and a -graphs engine refused:
+python3 scripts/gpu-runs/decode.py --torch --reps 5 $(find /tmp/rep-Qwen-row-engine-row-layout-c1 -path '*references*' -name '*.png' | sort)
+# inductor.tgz: the kernels' sources and autotune records under /tmp/torchinductor_root after the run
+# (the *.best_config files and the kernels that state inductor's config).
+# engines.txt (earlier leases): a non-row engine held to eager at load, and a -graphs engine refused:
 ENGINES=regional-compile bash scripts/gpu-runs/engines.sh Qwen/Qwen-Image-Edit-2511 qwenimage 1
 ENGINES=regional-compile-graphs bash scripts/gpu-runs/engines.sh Qwen/Qwen-Image-Edit-2511 qwenimage 1
