@@ -191,18 +191,26 @@ class TorchBackend:
     no_graphs = None  # why the family's transformer cannot be recorded as a CUDA graph, if it cannot
 
     @classmethod
+    def refusal(cls, engine):
+        """Why this family does not run engine (one of ENGINES), or None."""
+        if "-fused" in engine and cls.fused_module is None:
+            return "this family has no fused kernels"
+        if engine.endswith("-graphs") and cls.no_graphs:
+            return cls.no_graphs
+        return None
+
+    @classmethod
     def offered(cls):
         """The engines this family runs."""
-        return [e for e in ENGINES if not ("-fused" in e and cls.fused_module is None)
-                and not (e.endswith("-graphs") and cls.no_graphs)]
+        return [e for e in ENGINES if cls.refusal(e) is None]
 
     @classmethod
     def check_engine(cls, engine):
         """Refuses, by name and before anything loads, an engine this family does not run."""
         if engine not in ENGINES:
             raise RuntimeError("engine %r is not one of %s" % (engine, ", ".join(ENGINES)))
-        if engine not in cls.offered():
-            why = "this family has no fused kernels" if "-fused" in engine and cls.fused_module is None else cls.no_graphs
+        why = cls.refusal(engine)
+        if why is not None:
             raise RuntimeError("engine %s is not offered: %s; offered: %s" % (engine, why, ", ".join(cls.offered())))
 
     def fuse_kernels(self, pipe):
