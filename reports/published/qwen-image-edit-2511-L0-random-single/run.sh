@@ -5,8 +5,8 @@
 LIMIT=500 bash scripts/gpu-runs/qualify.sh Qwen qwen
 # The uploads' decode alone, on the same machine (decode.txt):
 python3 scripts/gpu-runs/decode.py --torch --reps 5 $(find /tmp/rep-Qwen-row-engine-row-layout-c1 -path '*references*' -name '*.png' | sort)
-# inductor.tgz: the kernels' sources and autotune records under /tmp/torchinductor_root after the run
-# (the *.best_config files and the kernels that state inductor's config).
+# inductor.tgz: after the run, the inductor cache's autotune records and the kernels that state its config:
+(cd /tmp && tar czf "$OUT/inductor.tgz" $(find torchinductor_root -name '*.best_config'; grep -rl "'deterministic'" --include='*.py' torchinductor_root))
 # engines.txt (earlier leases): a non-row engine held to eager at load, and a -graphs engine refused:
 ENGINES=regional-compile bash scripts/gpu-runs/engines.sh Qwen/Qwen-Image-Edit-2511 qwenimage 1
 ENGINES=regional-compile-graphs bash scripts/gpu-runs/engines.sh Qwen/Qwen-Image-Edit-2511 qwenimage 1
