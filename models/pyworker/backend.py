@@ -7,7 +7,7 @@ import time
 
 from . import l0, ranks
 from .frames import Tail, video_shape
-from .job import Cancelled, JobError, Output, logger, open_reference
+from .job import Cancelled, JobError, Output, logger
 
 
 # --------------------------------------------------------------------------------------------
@@ -140,40 +140,6 @@ def require_bundle(bundle):
             "no diffusers bundle at %r (model_index.json missing); set MEDIAQUAL_BUNDLES and the "
             "row's bundle, MEDIAQUAL_BUNDLE or --bundle" % (bundle,)
         )
-
-
-# An 8-bit, non-interlaced RGB PNG's first 29 bytes: the signature, IHDR's length and type, then
-# width and height (any), bit depth 8, colour type 2, compression 0, filter 0, interlace 0.
-_PNG_RGB8 = (b"\x89PNG\r\n\x1a\n\x00\x00\x00\x0dIHDR", b"\x08\x02\x00\x00\x00")
-
-
-def rgb_png(ref):
-    """An 8-bit, non-interlaced RGB PNG (what encoders write for a photograph, and what the
-    published edit runs upload) decoded by torchvision's libpng, as a Pillow RGB image; None for
-    any other file and for one libpng refuses, which job.open_reference (Pillow) then decodes
-    or names the fault of. The pixels are Pillow's (test_worker.RgbPngTest). On the H200 host
-    it took 33.7 against Pillow's 41.3 ms p50 for the Qwen run's 1024² uploads
-    (scripts/gpu-runs/decode.py, decode.txt of that run): libpng unfilters faster, and writes
-    RGB where Pillow unpacks every row to its 4-byte pixels. Where the two disagree on a file:
-    libpng refuses an image data chunk with a wrong checksum (Pillow, which does not check it,
-    then decodes the file), and reads past an ancillary chunk with a wrong checksum, with a
-    warning, where Pillow refuses the file."""
-    with open(ref, "rb") as f:
-        data = bytearray(f.read())
-    head, mode = _PNG_RGB8
-    if data[:16] != head or data[24:29] != mode:
-        return None
-    import torch
-    from PIL import Image
-    from torchvision.io import ImageReadMode, decode_png
-
-    try:
-        chw = decode_png(torch.frombuffer(data, dtype=torch.uint8), ImageReadMode.RGB)
-    except RuntimeError:
-        return None
-    # decode_png's (3, H, W) is a view of the (H, W, 3) rows libpng wrote: permuted back, no copy.
-    hwc = chw.permute(1, 2, 0).contiguous().numpy()
-    return Image.frombuffer("RGB", (hwc.shape[1], hwc.shape[0]), hwc, "raw", "RGB", 0, 1)
 
 
 ENGINES = ("eager", "regional-compile", "regional-compile-graphs", "regional-compile-fused", "regional-compile-fused-graphs")
@@ -416,14 +382,6 @@ class TorchBackend:
             if getattr(self, key):
                 info[key] = getattr(self, key)
         return info
-
-    @staticmethod
-    def open_reference(ref):
-        """An edit's upload as an RGB Pillow image: job.open_reference, with an 8-bit RGB PNG
-        decoded by libpng (rgb_png) when it can be. An edit's Task cannot start before its
-        pixels, so the decode is in its latency."""
-        image = rgb_png(ref)
-        return image if image is not None else open_reference(ref)
 
     def generator(self, seed):
         return self.torch.Generator(device=self.device).manual_seed(seed)

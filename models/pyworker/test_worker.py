@@ -16,7 +16,6 @@ from pyworker import l0  # noqa: E402
 from pyworker import ranks  # noqa: E402
 from pyworker import testing  # noqa: E402
 from pyworker import worker as pw  # noqa: E402
-from pyworker.backend import rgb_png  # noqa: E402
 
 class Rgb24Test(unittest.TestCase):
     def test_quantize(self):
@@ -94,127 +93,6 @@ class ReferenceTest(unittest.TestCase):
                 f.write(b"\x89PNG\r\n\x1a\n not really")
             with self.assertRaises(OSError):
                 pw.open_reference(path)
-
-
-def png(width, height, pix, filters, ihdr_tail=b"\x08\x02\x00\x00\x00", after_idat=b"IEND"):
-    """A PNG of RGB rows pix, row y filtered with filters[y % len(filters)] (0-4), the image
-    data split over two IDAT chunks; after_idat: the chunk types written after them."""
-    import struct
-    import zlib
-
-    def chunk(kind, data):
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-    def paeth(a, b, c):
-        p = a + b - c
-        pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
-        return a if pa <= pb and pa <= pc else b if pb <= pc else c
-
-    stride, raw = 3 * width, bytearray()
-    for y in range(height):
-        cur, prev, f = pix[y * stride:(y + 1) * stride], pix[(y - 1) * stride:y * stride] if y else bytes(stride), filters[y % len(filters)]
-        raw.append(f)
-        for i, x in enumerate(cur):
-            a, b, c = cur[i - 3] if i >= 3 else 0, prev[i], prev[i - 3] if i >= 3 else 0
-            raw.append((x - (0, a, b, (a + b) // 2, paeth(a, b, c))[f]) & 0xFF)
-    z = zlib.compress(bytes(raw), 6)
-    out = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">II", width, height) + ihdr_tail)
-    out += chunk(b"IDAT", z[:len(z) // 2]) + chunk(b"IDAT", z[len(z) // 2:])
-    return out + b"".join(chunk(k, b"") for k in after_idat.split())
-
-
-@testing.needs("torch", "torchvision", "PIL", "numpy")
-class RgbPngTest(unittest.TestCase):
-    """TorchBackend.open_reference decodes 8-bit RGB PNGs with torchvision's libpng (rgb_png):
-    held to Pillow (job.open_reference), the reference decoder."""
-
-    def setUp(self):
-        self.dir = tempfile.TemporaryDirectory()
-        self.addCleanup(self.dir.cleanup)
-
-    def file(self, data, name="ref"):
-        path = os.path.join(self.dir.name, name)
-        with open(path, "wb") as f:
-            f.write(data)
-        return path
-
-    def assert_pillows(self, path, libpng=True):
-        """rgb_png decodes path (or, libpng False, leaves it to Pillow) to Pillow's pixels."""
-        want = pw.open_reference(path)
-        fast = rgb_png(path)
-        self.assertEqual(fast is not None, libpng)
-        got = pw.TorchBackend.open_reference(path)
-        self.assertEqual((got.mode, got.size), ("RGB", want.size))
-        self.assertEqual(got.tobytes(), want.tobytes())
-
-    def test_every_filter_and_odd_sizes(self):
-        import random
-
-        rnd = random.Random(7)
-        for w, h, filters in ((1, 1, [0]), (7, 5, [0, 1, 2, 3, 4]), (131, 67, [4, 3, 2, 1, 0, 4]), (256, 3, [1])):
-            smooth = bytes((x * 5 + y * 3 + c * 40) & 0xFF for y in range(h) for x in range(w) for c in range(3))
-            noise = rnd.randbytes(3 * w * h)
-            for pix in (smooth, noise):
-                with self.subTest(w=w, h=h, filters=filters):
-                    self.assert_pillows(self.file(png(w, h, pix, filters)))
-
-    def test_photographs_as_pillow_and_aiperf_encode_them(self):
-        from PIL import Image
-
-        root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "fixtures", "images")
-        for name in sorted(os.listdir(root)):
-            with Image.open(os.path.join(root, name)) as im:
-                photo = im.convert("RGB").resize((1024, 1024), Image.BICUBIC)
-            for level in (6,) if name != "astronaut.png" else (1, 6, 9):  # Pillow's default, 6; each row's filter its choice
-                with self.subTest(photo=name, level=level):
-                    path = os.path.join(self.dir.name, "ref")
-                    photo.save(path, format="PNG", compress_level=level)
-                    self.assert_pillows(path)
-                    self.assertEqual(pw.TorchBackend.open_reference(path).tobytes(), photo.tobytes())
-
-    def test_other_pngs_are_pillows(self):
-        from PIL import Image
-
-        rgba = Image.frombytes("RGBA", (5, 3), bytes(range(60)))
-        for mode in ("RGBA", "L", "LA", "P", "I;16"):
-            with self.subTest(mode=mode):
-                path = os.path.join(self.dir.name, "ref")
-                rgba.convert(mode).save(path, format="PNG")
-                self.assert_pillows(path, libpng=False)
-        # Headers rgb_png leaves to Pillow (their data does not matter here).
-        interlaced = png(4, 4, bytes(48), [0], ihdr_tail=b"\x08\x02\x00\x00\x01")
-        self.assertIsNone(rgb_png(self.file(interlaced)))
-        sixteen = png(4, 4, bytes(96), [0], ihdr_tail=b"\x10\x02\x00\x00\x00")
-        self.assertIsNone(rgb_png(self.file(sixteen)))
-        jpeg = os.path.join(self.dir.name, "ref.jpg")
-        rgba.convert("RGB").save(jpeg, format="JPEG")
-        self.assert_pillows(jpeg, libpng=False)
-
-    def test_broken_files_are_pillows(self):
-        good = png(64, 32, bytes(range(256)) * 24, [4])
-        for name, data in (("truncated in the image data", good[:len(good) // 2]),
-                           ("not a PNG after its header", good[:33] + b"junk" * 10)):
-            with self.subTest(name):
-                path = self.file(data)
-                self.assertIsNone(rgb_png(path))
-                with self.assertRaises(OSError):
-                    pw.TorchBackend.open_reference(path)
-        # libpng refuses an image data chunk whose checksum is wrong; Pillow does not check it.
-        end = good.rindex(b"IEND") - 4
-        self.assert_pillows(self.file(good[:end - 1] + bytes([good[end - 1] ^ 1]) + good[end:]), libpng=False)
-
-    def test_what_libpng_reads_and_pillow_refuses(self):
-        """The one leniency rgb_png's doc states: an ancillary chunk with a wrong checksum."""
-        import struct
-        import zlib
-
-        pix = bytes(range(256)) * 24
-        good = png(64, 32, pix, [2])
-        text = struct.pack(">I", 3) + b"tEXta\x00b" + struct.pack(">I", zlib.crc32(b"tEXta\x00b") ^ 1)
-        path = self.file(good[:33] + text + good[33:])
-        self.assertEqual(rgb_png(path).tobytes(), pix)
-        with self.assertRaises(OSError):
-            pw.open_reference(path)
 
 
 class CompilablePipe:

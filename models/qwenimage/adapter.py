@@ -223,6 +223,9 @@ class DiffusersBackend(pw.TorchBackend):
     def both_branches(kwargs):
         return kwargs["true_cfg_scale"] > 1 and kwargs.get("negative_prompt") is not None
 
+    def open_reference(self, ref):
+        return pw.open_reference(ref)
+
     def call(self, kwargs):
         """The native generation call; returns the image as (1, H, W, 3) uint8, made on the
         device."""

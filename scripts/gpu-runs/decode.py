@@ -1,7 +1,7 @@
-"""The decode of PNG uploads, timed alone: Pillow's (models/pyworker/job.py open_reference),
-wall and this thread's CPU time, and zlib's inflate of the IDAT data alone. With --torch, again
-after importing torch and touching the GPU, as a worker has, alternating with the torch
-backend's decoder, which a served edit uses (TorchBackend.open_reference: libpng for 8-bit RGB).
+"""Pillow's decode of PNG uploads as the worker does it (models/pyworker/job.py open_reference),
+timed alone: wall and this thread's CPU time, and zlib's inflate of the IDAT data alone. With
+--torch, again after importing torch and touching the GPU, as a worker has, and with
+torchvision's decoder instead.
   python3 scripts/gpu-runs/decode.py [--torch] FILE.png...
 After a Qwen qualification the uploads are the case's references/*.png."""
 import argparse
@@ -12,7 +12,6 @@ import time
 import zlib
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-from models.pyworker.backend import TorchBackend  # noqa: E402
 from models.pyworker.job import open_reference  # noqa: E402
 
 
@@ -25,6 +24,15 @@ def idat(path):
             out.append(b[i + 8:i + 8 + n])
         i += 12 + n
     return b"".join(out)
+
+
+def torchvision_reference(path):
+    """The alternative in the kit: torchvision's decode_png (libpng), then the Pillow image the
+    pipeline takes."""
+    from PIL import Image
+    from torchvision.io import decode_png, read_file
+
+    return Image.fromarray(decode_png(read_file(path)).permute(1, 2, 0).numpy())
 
 
 def report(tag, paths, reps, decode=open_reference):
@@ -57,9 +65,8 @@ def main():
     if a.torch:
         import torch
         torch.ones(1, device="cuda" if torch.cuda.is_available() else "cpu").sum().item()
-        for _ in range(2):  # alternating, so drift in the host's speed falls on both
-            report("torch imported", a.files, a.reps)
-            report("torch backend", a.files, a.reps, TorchBackend.open_reference)
+        report("torch imported", a.files, a.reps)
+        report("torchvision", a.files, a.reps, torchvision_reference)
 
 
 if __name__ == "__main__":
