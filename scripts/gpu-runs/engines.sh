@@ -2,7 +2,7 @@
 # Engines side by side on the same bundle, same prompts, in one call:
 #   ENGINES="eager regional-compile" bash scripts/gpu-runs/engines.sh ROW_ID BUNDLE_BUILDER N
 # e.g. engines.sh Wan-AI/Wan2.1-T2V-1.3B wan 2, Qwen/Qwen-Image-Edit-2511 qwenimage 2, or
-# STEPS=2 engines.sh Wan-AI/Wan2.2-TI2V-5B wan22 2 (wan22: the Wan builder's --wan22 bundle)
+# STEPS=2 engines.sh Wan-AI/Wan2.2-TI2V-5B wan22 2 (the builders of bundle.sh)
 # Runs `mediaserve task -batch` once an engine (N pinned inputs each; ENGINES defaults to eager
 # and regional-compile), then prints each job's Task wall, its phases and its raw-frame digest,
 # whether each engine repeats its own bytes, and each load's parity before ready (its figures
@@ -13,14 +13,9 @@
 id=$1 builder=$2 n=${3:-3}
 source .gpu/setup.sh || exit 1
 export MEDIAQUAL_BUNDLES=/tmp/bundles CUDA_VISIBLE_DEVICES=0
-# The device's 64 GB disk holds one big bundle at a time (Qwen's is 57.7 GB).
-case $builder in qwenimage) rm -rf /tmp/bundles/Wan-AI ;; *) rm -rf /tmp/bundles/Qwen ;; esac
 bash scripts/gpu-runs/machine.sh
-case $builder in wan22) build="models/wan/build_l0.py --wan22" ;; *) build=models/$builder/build_l0.py ;; esac
-if ! ls /tmp/bundles/"$id"*/model_index.json >/dev/null 2>&1; then
-  python3 $build --out /tmp/bundles >/tmp/build.log 2>&1 || { tail -20 /tmp/build.log; exit 1; }
-  echo "bundle built: $(ls -d /tmp/bundles/"$id"*)"
-fi
+source scripts/gpu-runs/bundle.sh
+l0_bundle "$builder" >/dev/null || exit 1
 # A text-to-video row takes the t2v prompts; an edit row (BUNDLE_BUILDER qwenimage) the edit
 # fixtures, each a photograph and an instruction.
 case $builder in

@@ -1,12 +1,12 @@
 #!/bin/bash
 # One native Task at a row's pinned settings, with the raw frames kept and ffprobe'd:
-#   bash scripts/gpu-runs/native.sh ROW_ID BUILDER_ARGS...
-# e.g. native.sh Wan-AI/Wan2.2-TI2V-5B models/wan/build_l0.py --wan22
-id=$1; shift
+#   bash scripts/gpu-runs/native.sh ROW_ID BUILDER
+# e.g. native.sh Wan-AI/Wan2.2-TI2V-5B wan22 (bundle.sh's builders)
+id=$1 builder=$2
 source .gpu/setup.sh || exit 1
 export MEDIAQUAL_BUNDLES=/tmp/bundles CUDA_VISIBLE_DEVICES=0
-rm -rf /tmp/bundles/Qwen  # the device's 64 GB disk holds one big bundle at a time
-time python3 "$@" --out /tmp/bundles 2>&1 | tail -2
+source scripts/gpu-runs/bundle.sh
+l0_bundle "$builder" >/dev/null || exit 1
 prompt=$(python3 -c 'import json; print(json.loads(open("fixtures/prompts/t2v.jsonl").readline())["text"])')
 ( while sleep 10; do nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader; done ) >"$OUT/smi-native.log" &
 time /tmp/bin/mediaserve task -model "$id" -set "prompt=$prompt" -out /tmp/native -raw -engine "${MEDIAQUAL_ENGINE:-}" 2>"$OUT/native.log" || tail -30 "$OUT/native.log"

@@ -1,7 +1,7 @@
 #!/bin/bash
 # One gpu-tagged qualification on the device, from the kit `make gpu-kit` builds:
-#   bash scripts/gpu-runs/qualify.sh ROW [wan|wan22|qwen]
-# ROW is the -run pattern (Wan2.1, Qwen, ...), the second argument the L0 builder to use.
+#   bash scripts/gpu-runs/qualify.sh ROW wan|wan22|qwenimage
+# ROW is the -run pattern (Wan2.1, Qwen, ...), the second argument the L0 bundle's builder (bundle.sh).
 # Environment: MEDIAQUAL_ENGINE, MEDIAQUAL_CONCURRENCY, MEDIAQUAL_GPUS (default 0) and
 # MEDIAQUAL_LAYOUT (e.g. MEDIAQUAL_GPUS=0,1 MEDIAQUAL_LAYOUT=cfg-2 on nvidia-h200-x2) are passed to
 # the suite; LIMIT (seconds, default 480), after which `timeout` stops the suite (which then writes
@@ -12,13 +12,8 @@ source .gpu/setup.sh || exit 1
 set -x
 tag=$row-${MEDIAQUAL_ENGINE:-row-engine}-${MEDIAQUAL_LAYOUT:-row-layout}-c${MEDIAQUAL_CONCURRENCY:-1}
 export MEDIAQUAL_BUNDLES=/tmp/bundles MEDIAQUAL_GPUS=${MEDIAQUAL_GPUS:-0} MEDIAQUAL_REPORT_DIR=${MEDIAQUAL_REPORT_DIR:-/tmp/rep-$tag}
-# The device's 64 GB disk holds one big bundle at a time (Qwen's is 57.7 GB).
-case $builder in qwen) rm -rf /tmp/bundles/Wan-AI ;; *) rm -rf /tmp/bundles/Qwen ;; esac
-case $builder in
-  wan) [ -f /tmp/bundles/Wan-AI/Wan2.1-T2V-1.3B-Diffusers/model_index.json ] || time python3 models/wan/build_l0.py --out /tmp/bundles 2>&1 | tail -3 ;;
-  wan22) [ -f /tmp/bundles/Wan-AI/Wan2.2-TI2V-5B-Diffusers/model_index.json ] || time python3 models/wan/build_l0.py --out /tmp/bundles --wan22 2>&1 | tail -3 ;;
-  qwen) [ -f /tmp/bundles/Qwen/Qwen-Image-Edit-2511/model_index.json ] || time python3 models/qwenimage/build_l0.py --out /tmp/bundles 2>&1 | tail -3 ;;
-esac
+source scripts/gpu-runs/bundle.sh
+l0_bundle "$builder" >/dev/null || exit 1
 bash scripts/gpu-runs/machine.sh | tee "$OUT/machine-$tag.txt"  # machine to machine bytes
 ( while sleep 20; do nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader; done ) >"$OUT/smi-$tag.log" &
 time timeout "${LIMIT:-480}" /tmp/bin/qual.test -test.run "$row" -test.v=test2json -test.count=1 -test.timeout $((${LIMIT:-480} + 300))s >"$OUT/test2json-$tag.out" 2>&1

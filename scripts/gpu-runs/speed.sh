@@ -7,13 +7,9 @@ family=$1 n=${2:-3}; shift 2
 variants=${*:-eager regional-compile regional-compile+cfg-batch regional-compile+autotune}
 source .gpu/setup.sh || exit 1
 export CUDA_VISIBLE_DEVICES=0
-# The device's 64 GB disk holds one big bundle at a time (Qwen's is 57.7 GB).
-case $family in
-  wan) rm -rf /tmp/bundles/Qwen; bundle=/tmp/bundles/Wan-AI/Wan2.1-T2V-1.3B-Diffusers ;;
-  qwenimage) rm -rf /tmp/bundles/Wan-AI; bundle=/tmp/bundles/Qwen/Qwen-Image-Edit-2511 ;;
-  *) echo "family: wan or qwenimage"; exit 2 ;;
-esac
-[ -f $bundle/model_index.json ] || { time python3 models/$family/build_l0.py --out /tmp/bundles 2>&1 | tail -1; }
+case $family in wan | qwenimage) ;; *) echo "family: wan or qwenimage"; exit 2 ;; esac
+source scripts/gpu-runs/bundle.sh
+bundle=$(l0_bundle "$family") || exit 1
 bash scripts/gpu-runs/machine.sh  # machine to machine bytes
 python3 -c 'import torch; print("sdpa priority:", torch._C._get_sdp_priority_order())' 2>&1 | tail -1
 for v in $variants; do

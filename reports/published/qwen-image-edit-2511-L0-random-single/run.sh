@@ -2,7 +2,7 @@
 # .gpu/ to an H200, then from the repository root (the script removes other bundles first: the
 # 57.7 GB bundle needs the disk; the row's engine, regional-compile-fused, is the default). This
 # run went detached (docs/DEVICE-KIT.md section 6), the same script under scripts/gpu-runs/detached.sh:
-LIMIT=500 bash scripts/gpu-runs/qualify.sh Qwen qwen
+LIMIT=500 bash scripts/gpu-runs/qualify.sh Qwen qwenimage
 # The uploads' decode alone, on the same machine (decode.txt):
 python3 scripts/gpu-runs/decode.py --torch --reps 5 $(find /tmp/rep-Qwen-row-engine-row-layout-c1 -path '*references*' -name '*.png' | sort)
 # inductor.tgz: after the run, the inductor cache's autotune records and the kernels that state its config:
