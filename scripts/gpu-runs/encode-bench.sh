@@ -1,7 +1,7 @@
 #!/bin/bash
 # The encoder benchmark on the device, every preset and thread count measured side by side:
 #   bash scripts/gpu-runs/encode-bench.sh [short]
-# "short" keeps to Wan2.1's 17x832x480; without it Wan2.2's 121x1280x704 runs too.
+# "short" keeps to Wan2.1's 17x832x480; without it Wan2.2's 121x1280x704 and MiniMax-H3's 124x1344x768 run too.
 source .gpu/setup.sh || exit 1
 cd server/encode || exit 1
 short=; [ "$1" = short ] && short=-test.short

@@ -18,7 +18,7 @@ import (
 	"github.com/mediaqual/mediaqual/server/encode"
 )
 
-// benchShapes are the pinned clips of the Wan rows; -short keeps the first only.
+// benchShapes are the pinned clips of the video rows; -short keeps the first only.
 var benchShapes = []struct {
 	name     string
 	n, w, h  int
@@ -27,6 +27,7 @@ var benchShapes = []struct {
 }{
 	{"wan2.1-17x832x480", 17, 832, 480, 16, false},
 	{"wan2.2-121x1280x704", 121, 1280, 704, 24, true},
+	{"minimax-h3-124x1344x768", 124, 1344, 768, 24, true},
 }
 
 // BenchmarkMP4 times the encoder on the pinned clip shapes for each x264 preset and thread
