@@ -216,15 +216,15 @@ func encodePNG(path string, img spec.Video) (sha string, n int64, inline []byte,
 		return "", 0, nil, err
 	}
 	b := buf.Bytes()
+	if path == "" {
+		digest := sha256.Sum256(b)
+		return hex.EncodeToString(digest[:]), int64(len(b)), b, nil
+	}
 	sum := make(chan [sha256.Size]byte, 1)
 	go func() { sum <- sha256.Sum256(b) }()
-	if path == "" {
-		inline = b
-	} else {
-		err = writeFileAtomic(path, b)
-	}
+	err = writeFileAtomic(path, b)
 	digest := <-sum
-	return hex.EncodeToString(digest[:]), int64(len(b)), inline, err
+	return hex.EncodeToString(digest[:]), int64(len(b)), nil, err
 }
 
 // writeFileAtomic writes b to a temporary name beside path (the one removeFiles knows) and
