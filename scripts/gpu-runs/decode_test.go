@@ -14,17 +14,18 @@ import (
 	"github.com/mediaqual/mediaqual/models/pyworker/pytest"
 )
 
-// decode.py, which the Qwen folder's run.sh runs on the uploads: one line a decoder, each with
-// positive figures, through the worker's own open_reference; a file that is no image fails it.
+// decode.py, which the Qwen folder's run.sh runs on the uploads: Pillow alone and the worker's
+// own open_reference in two alternating rounds, and the inflate alone, each line with positive
+// figures, before and after torch; a file that is no image fails it.
 func TestDecodeScript(t *testing.T) {
 	py := pytest.TorchPython(t)
 	img, err := filepath.Abs("../../fixtures/images/chelsea.png")
 	require.NoError(t, err)
 	out, err := exec.Command(py, "decode.py", "--torch", "--reps", "1", img).CombinedOutput()
 	require.NoError(t, err, string(out))
-	line := regexp.MustCompile(`(?m)^(plain|torch imported|torchvision) +decode p50 ([\d.]+) ms \(min [\d.]+, max [\d.]+\), this thread's CPU p50 ([\d.]+) ms; inflate alone p50 ([\d.]+) ms \(1 decodes\)$`)
+	line := regexp.MustCompile(`(?m)^((?:plain|torch imported), (?:pillow alone [12]|pipelined [12]|inflate alone)) +decode p50 ([\d.]+) ms \(min [\d.]+, max [\d.]+\), process CPU p50 ([\d.]+) ms \(1 decodes\)$`)
 	got := line.FindAllStringSubmatch(string(out), -1)
-	require.Len(t, got, 3, string(out))
+	require.Len(t, got, 10, string(out))
 	for _, m := range got {
 		for _, f := range m[2:] {
 			v, err := strconv.ParseFloat(f, 64)
