@@ -174,8 +174,8 @@ class Relay(io.RawIOBase):
 
     def read(self, n=-1):
         self.wait(None if n is None or n < 0 else self.pos + n)
-        with self.cond:
-            b = bytes(self.buf[self.pos:len(self.buf) if n is None or n < 0 else self.pos + n])
+        with self.cond, memoryview(self.buf) as view:  # one copy, not a bytearray's and then bytes'
+            b = bytes(view[self.pos:len(self.buf) if n is None or n < 0 else self.pos + n])
         self.pos += len(b)
         return b
 
