@@ -102,7 +102,7 @@ fuzz: torch
 	$(GO) test -run '^$$' -fuzz '^FuzzReadForm$$' -fuzztime $(FUZZ_FORM) -fuzzminimizetime 200x ./server/
 	$(GO) test -run '^$$' -fuzz '^FuzzResolve$$' -fuzztime $(FUZZ_RESOLVE) -fuzzminimizetime 200x ./server/
 	$(GO) test -run '^$$' -fuzz '^FuzzReference$$' -fuzztime $(FUZZ_REFERENCE) -fuzzminimizetime 200x ./server/
-	cd models && PNGDECODE_MUTATIONS=$(FUZZ_PNGDECODE) $(abspath $(TORCH_VENV))/bin/python -m unittest pyworker.test_pngdecode
+	cd models/pyworker && PNGDECODE_MUTATIONS=$(FUZZ_PNGDECODE) $(abspath $(TORCH_VENV))/bin/python -m unittest test_pngdecode
 
 # The main job: qualify every checkpoint this machine can run (the embedded reference
 # families on a CPU) and write JUnit, JSON, Markdown and HTML results. The fault self-test and

@@ -7,10 +7,14 @@ import io
 import os
 import random
 import struct
+import sys
 import unittest
 import zlib
 
-from . import pngdecode, testing
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # models/
+
+from pyworker import pngdecode  # noqa: E402
+from pyworker import testing  # noqa: E402
 
 
 
