@@ -96,6 +96,7 @@ def inflate(data, filtered, idats, rest, relay):
     to more stops there, as Pillow's decoder does) and appends the rows as stored deflate in
     IDAT chunks, then the upload's bytes after the run. A stream that ends short, or does not
     inflate, ends the relay with that error."""
+    err = None
     try:
         inflater, stored, left = zlib.decompressobj(), zlib.compressobj(0), filtered
         for start, end in idats:
@@ -104,13 +105,14 @@ def inflate(data, filtered, idats, rest, relay):
                 left -= len(rows)
                 if left == 0:
                     relay.append(chunk(b"IDAT", stored.compress(rows) + stored.flush()) + data[rest:])
-                    relay.finish()
                     return
                 if rows and not relay.append(chunk(b"IDAT", stored.compress(rows) + stored.flush(zlib.Z_SYNC_FLUSH))):
                     return  # Pillow stopped reading
-        relay.finish(EOFError("the image data ends %d bytes short of its rows" % left))
+        err = EOFError("the image data ends %d bytes short of its rows" % left)
     except Exception as e:
-        relay.finish(e)
+        err = e
+    finally:
+        relay.finish(err)  # whatever happened: a reader never waits for bytes that will not come
 
 
 def chunk(cid, payload):

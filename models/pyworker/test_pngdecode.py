@@ -119,6 +119,37 @@ class PipelinedIsPillow(unittest.TestCase):
         self.assertLess(len(relay.buf), 2 * rows + 64)
         self.assert_taken_and_same(data)
 
+    def test_an_inflater_that_dies_leaves_no_reader_waiting(self):
+        # Not even an exception of the kind decode catches: Pillow is told the data ended.
+        import threading
+
+        class Died(BaseException):
+            pass
+
+        def die(*args):
+            raise Died()
+
+        data = png(20, 20, idat_size=50)
+        chunk, hook = pngdecode.chunk, threading.excepthook
+        pngdecode.chunk, threading.excepthook = die, lambda args: None
+        got = []
+
+        def reader():
+            try:
+                pngdecode.pipelined(data, *pngdecode.layout(data))
+                got.append("decoded")
+            except Exception as e:
+                got.append(e)
+
+        try:
+            t = threading.Thread(target=reader, daemon=True)
+            t.start()
+            t.join(10)  # bounded: a reader left waiting fails the test, it does not hang it
+        finally:
+            pngdecode.chunk, threading.excepthook = chunk, hook
+        self.assertFalse(t.is_alive(), "Pillow still waits for the inflater's bytes")
+        self.assertIsInstance(got[0], Exception)
+
     def test_broken_uploads_get_pillows_verdict(self):
         good = png(40, 30, idat_size=200)
         plan = pngdecode.layout(good)
