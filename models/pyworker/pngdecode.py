@@ -2,10 +2,10 @@
 
 Pillow decodes a PNG on one thread: zlib's inflate, then each row's unfiltering. An edit's Task
 needs the pixels before its first call, so at concurrency 1 the whole decode is in the job's
-latency: 37-48 ms for the 1024² uploads on the H200 hosts, about half of it inflate
-(scripts/gpu-runs/decode.py). Here Python's zlib inflates the upload's IDAT data on a second
-thread and passes the rows on, as they come, as stored (uncompressed) deflate blocks in the IDAT
-chunks of a PNG that Pillow reads as it grows: Pillow's own decoder unfilters rows while the
+latency: 25-53 ms p50 for the 1024² uploads on the H200 hosts, 40-50 % of it inflate
+(scripts/gpu-runs/decode.py; 15-32 ms this way). Here Python's zlib inflates the IDAT data on
+a second thread and passes the rows on, as they come, as stored (uncompressed) deflate blocks in
+the IDAT chunks of a PNG that Pillow reads as it grows: Pillow's own decoder unfilters rows while the
 rest is still being inflated. Every other byte Pillow reads is the upload's own, so the pixels
 and the errors are Pillow's; an upload this path does not take (interlaced, animated, chunks
 that do not fit) or cannot carry through is decoded by Pillow from its own bytes, whose verdict
