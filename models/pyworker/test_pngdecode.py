@@ -17,7 +17,6 @@ from pyworker import pngdecode  # noqa: E402
 from pyworker import testing  # noqa: E402
 
 
-
 def png(w, h, colour=2, depth=8, seed=0, interlace=0, idat_size=None, before=(), after=(), level=6, filtered=None):
     """A PNG whose filtered rows are random bytes behind random filter types (each a valid row),
     its IDAT data cut into chunks of idat_size (one chunk: None), with extra chunks before the
