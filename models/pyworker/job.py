@@ -156,9 +156,6 @@ def open_reference(ref):
     decoded."""
     with open(ref, "rb") as f:
         data = f.read()
-    if data.startswith(pngdecode.SIGNATURE):
-        im = pngdecode.decode(data, logger("reference"))
-    else:
-        im = pngdecode.pillow(data)
+    im = pngdecode.decode(data, logger("reference"))
     # An RGB upload (the common case) as decoded: convert would copy it (about 4 ms for 1024²).
     return im if im.mode == "RGB" else im.convert("RGB")

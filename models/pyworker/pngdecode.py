@@ -21,10 +21,12 @@ SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # Compressed bytes inflated at a time: the grain at which rows reach Pillow.
 SLICE = 1 << 15
 CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}  # PNG colour type -> samples a pixel
+WAIT = 30  # seconds a read waits for the inflater at most
 
 
 def decode(data, log=None):
-    """The PNG in data as a loaded Pillow image (OSError when Pillow cannot decode it)."""
+    """The image in data as a loaded Pillow image (OSError when Pillow cannot decode it): a PNG
+    the pipeline takes through it, anything else (JPEG, WebP, ...) by Pillow alone."""
     plan = layout(data)
     if plan is not None:
         try:
@@ -167,21 +169,18 @@ class Relay(io.RawIOBase):
 
     def wait(self, end):
         """Waits until buf reaches end (None: until finished); raises the writer's error when
-        it finished short of that."""
+        it finished short of that, and TimeoutError past WAIT (the writer always finishes, and
+        soon; this is the bound should it not)."""
         with self.cond:
-            while not self.done and (end is None or len(self.buf) < end):
-                self.cond.wait()
+            if not self.cond.wait_for(lambda: self.done or (end is not None and len(self.buf) >= end), WAIT):
+                raise TimeoutError("no image data for %d s" % WAIT)
             if self.err is not None and (end is None or len(self.buf) < end):
                 raise self.err
 
     def read(self, n=-1):
-        self.wait(None if n is None or n < 0 else self.pos + n)
+        end = None if n is None or n < 0 else self.pos + n
+        self.wait(end)
         with self.cond, memoryview(self.buf) as view:  # one copy, not a bytearray's and then bytes'
-            b = bytes(view[self.pos:len(self.buf) if n is None or n < 0 else self.pos + n])
+            b = bytes(view[self.pos:end])
         self.pos += len(b)
         return b
-
-    def readinto(self, b):
-        got = self.read(len(b))
-        b[:len(got)] = got
-        return len(got)

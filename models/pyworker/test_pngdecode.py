@@ -149,6 +149,17 @@ class PipelinedIsPillow(unittest.TestCase):
         self.assertFalse(t.is_alive(), "Pillow still waits for the inflater's bytes")
         self.assertIsInstance(got[0], Exception)
 
+    def test_a_read_waits_for_the_inflater_no_longer_than_wait(self):
+        relay, wait = pngdecode.Relay(), pngdecode.WAIT
+        relay.append(b"head")
+        pngdecode.WAIT = 0.2
+        try:
+            self.assertEqual(relay.read(4), b"head")
+            with self.assertRaises(TimeoutError):
+                relay.read(1)  # nothing more comes, and nothing says so
+        finally:
+            pngdecode.WAIT = wait
+
     def test_broken_uploads_get_pillows_verdict(self):
         good = png(40, 30, idat_size=200)
         plan = pngdecode.layout(good)
@@ -208,6 +219,7 @@ def random_png(rng):
     after = [(b"tEXt", b"a\x00b")] * rng.randint(0, 1)
     return png(rng.randint(1, 40), rng.randint(1, 20), colour, depth, seed=rng.randrange(1 << 30),
                idat_size=rng.choice((None, 1, 7, 64, 500)), before=before, after=after, level=rng.choice((0, 1, 6, 9)))
+
 
 if __name__ == "__main__":
     unittest.main()
