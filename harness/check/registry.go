@@ -62,6 +62,8 @@ var Registry = []Info{
 	{"influence-expected-gap", []string{"influence"}},
 	{"timing-latency", []string{"timing"}},
 	{"task-wall", []string{"timing"}},
+	{"task-time-agrees", []string{"timing"}},
+	{"timing-parts", []string{"timing"}},
 	{"timing-overhead", []string{"timing"}},
 	{"delete", []string{"cleanup"}},
 	{"no-leftover-files", []string{"cleanup"}},
