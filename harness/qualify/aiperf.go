@@ -118,6 +118,9 @@ func (c *caseRun) aiperf(s *serving) (aiperfRun, string, error) {
 	execErr := env.Exec(c.ctx, ar)
 	stopProgress()
 	x, err := aiperf.ReadExports(dir)
+	for _, raw := range x.Raw {
+		c.createdJobs(raw.JobID()) // before any check can fail: cleanup deletes them whatever happens
+	}
 	if err := check.AIPerfExports(err, execErr); err != nil {
 		return run, "", err
 	}

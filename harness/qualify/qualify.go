@@ -59,6 +59,7 @@ type caseRun struct {
 	findings  []wire.Finding // departures seen outside those steps
 	pollHold  time.Duration  // a launched mediaserve's -poll-hold
 	own       []string       // X-Request-IDs of the suite's own requests before AIPerf's (the shape probe)
+	jobs      []string       // video jobs created for the suite's requests: cleanup deletes each (createdJobs)
 }
 
 // notCompared is a stage that could not establish anything: it is reported as not run (never
