@@ -3,6 +3,7 @@ package qualify
 import (
 	"errors"
 	"fmt"
+	"image"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -46,7 +47,8 @@ func (c *caseRun) fetchArtifacts(s *serving, native nativeOutputs, run aiperfRun
 	if len(run.Requests) == 0 {
 		return out, "", errors.New("no AIPerf requests to check: the aiperf stage failed")
 	}
-	var failed []error // every artifact is fetched and kept; each failure is listed
+	var failed []error                    // every artifact is fetched and kept; each failure is listed
+	byInput := map[string][]*image.RGBA{} // each input's first artifact, coarse, for distinct-outputs
 	declared, unreported := 0, 0
 	for _, r := range run.Requests {
 		a := artifact{aiperfRequest: r}
@@ -92,6 +94,9 @@ func (c *caseRun) fetchArtifacts(s *serving, native nativeOutputs, run aiperfRun
 		if a.Decoded, err = c.frameDigests(a.Path, frames); err != nil {
 			failed = append(failed, fmt.Errorf("%s: %w", where, err))
 		}
+		if _, ok := byInput[r.item.key]; !ok && frames != nil {
+			byInput[r.item.key] = check.Coarse(frames)
+		}
 		if n, ok := native[r.item.key]; ok && frames != nil && n.FramesSHA256 == r.declared.FramesSHA256 {
 			// The served artifact was encoded from exactly the native raw frames.
 			if a.PSNR, err = check.EncodePSNR(n.Raw, frames, c.Entry.Workload != spec.TextToVideo); err != nil {
@@ -99,12 +104,6 @@ func (c *caseRun) fetchArtifacts(s *serving, native nativeOutputs, run aiperfRun
 			}
 		}
 		out.Served = append(out.Served, a)
-	}
-	byInput := map[string][]string{}
-	for _, a := range out.Served {
-		if _, ok := byInput[a.item.key]; !ok {
-			byInput[a.item.key] = a.Decoded
-		}
 	}
 	if err := check.DistinctOutputs(byInput); err != nil {
 		failed = append(failed, err)

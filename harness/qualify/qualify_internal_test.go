@@ -381,7 +381,7 @@ func TestTaskSpeedAndEncodeQuality(t *testing.T) {
 	e := spec.Entry{Checkpoint: spec.Checkpoint{Defaults: spec.Settings{Steps: 2}},
 		DenoiseFLOPs: func(spec.Settings) float64 { return 2e12 }}
 	withDenoise := artifact{PSNR: 30}
-	withDenoise.timing.TaskPhasesMS = map[string]float64{"denoise": 200}
+	withDenoise.timing = &api.Timing{TaskPhasesMS: map[string]float64{"denoise": 200}}
 	tm := &reports.Timing{}
 	taskSpeed(tm, e, []artifact{withDenoise, withDenoise})
 	assert.Equal(t, 100.0, tm.DenoiseMSPerStep)
