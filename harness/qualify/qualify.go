@@ -66,7 +66,7 @@ type caseRun struct {
 // as a pass), with why.
 type notCompared struct{ Why string }
 
-func (n notCompared) Error() string { return "not compared: " + n.Why }
+func (n notCompared) Error() string { return "not run: " + n.Why }
 
 // Run qualifies entry against cfg's target, running each stage of Stages(entry) as a
 // subtest, and returns the result row. A failed stage fails t, and the row's outcome.
@@ -107,6 +107,7 @@ func RunContext(ctx context.Context, t *testing.T, entry spec.Entry, cfg Config)
 			row.Outcome = reports.GapDetected
 		}
 		row.Earn()
+		report(t, row)
 	}()
 	c.Dir = c.caseDir()
 	c.runStages()
@@ -131,7 +132,7 @@ func (c *caseRun) runStages() {
 	for i, name := range Stages(c.Entry) {
 		if why := c.interrupted(); why != nil {
 			for _, rest := range Stages(c.Entry)[i:] {
-				c.Row.Stages = append(c.Row.Stages, reports.Stage{Name: rest, Message: "not run: the run was interrupted (" + why.Error() + ")"})
+				c.Row.Stages = append(c.Row.Stages, reports.Stage{Name: rest, NotRun: true, Message: "not run: the run was interrupted (" + why.Error() + ")"})
 			}
 			return
 		}
@@ -193,12 +194,32 @@ func (c *caseRun) stage(name string, fn func() (string, error)) bool {
 			t.Log(summary)
 		}
 	})
-	st := reports.Stage{Name: name, Passed: ok && !skipped, Message: msg, Checks: failed}
+	st := reports.Stage{Name: name, Passed: ok && !skipped, NotRun: skipped, Message: msg, Checks: failed}
 	if len(failed) > 0 {
 		st.Check = failed[0]
 	}
 	c.Row.Stages = append(c.Row.Stages, st)
 	return ok
+}
+
+// report prints what the row's verdict rests on, in go test -v's output (not only in a
+// report, which a run need not ask for): its findings, its limits and what it earned.
+func report(t *testing.T, row reports.Row) {
+	for _, f := range row.Findings {
+		t.Logf("finding: %s", f)
+	}
+	for _, l := range row.Limits {
+		t.Logf("limit: at most %s: %s", l.Ceiling, l.Why)
+	}
+	earned := string(row.Earned)
+	switch {
+	case earned != "":
+	case row.Outcome != reports.Passed:
+		earned = "nothing (" + row.Outcome + ")"
+	default:
+		earned = "nothing (" + row.Label + ")"
+	}
+	t.Logf("outcome: %s; earned: %s", row.Outcome, earned)
 }
 
 // interrupted is why the run was interrupted, or nil while it was not: the cause of the run's
