@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mediaqual/mediaqual/harness/check"
+	"github.com/mediaqual/mediaqual/harness/check/checktest"
 	"github.com/mediaqual/mediaqual/harness/media"
 	"github.com/mediaqual/mediaqual/models/spec"
 )
@@ -27,6 +28,7 @@ func failsWith(t *testing.T, err error, name string) {
 	require.True(t, errors.As(err, &f), "want a check failure, got %v", err)
 	assert.Equal(t, name, f.Check)
 	assert.Contains(t, err.Error(), "check "+name+":")
+	checktest.Failed(t, err, name)
 }
 
 // clip encodes a real MP4 with ffmpeg so the container checks see what a server would send.

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mediaqual/mediaqual/harness/check"
+	"github.com/mediaqual/mediaqual/harness/check/checktest"
 	"github.com/mediaqual/mediaqual/harness/client"
 	"github.com/mediaqual/mediaqual/harness/wire"
 )
@@ -60,6 +61,7 @@ func TestCleanupDeletesEveryJobAndChecksItsContent(t *testing.T) {
 	_, err := c.cleanup(s, artifactSet{})
 	require.Error(t, err)
 	assert.Equal(t, []string{"delete"}, check.Names(err))
+	checktest.Failed(t, err, "delete")
 	assert.ErrorContains(t, err, "video_stuck")
 	assert.ErrorContains(t, err, "the content of video_cached still answers after delete")
 	assert.NotContains(t, err.Error(), "video_hung")

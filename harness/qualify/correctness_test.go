@@ -11,6 +11,7 @@ import (
 	"github.com/mediaqual/mediaqual/fixtures"
 	"github.com/mediaqual/mediaqual/harness/api"
 	"github.com/mediaqual/mediaqual/harness/check"
+	"github.com/mediaqual/mediaqual/harness/check/checktest"
 	"github.com/mediaqual/mediaqual/models/spec"
 )
 
@@ -67,4 +68,5 @@ func TestServedOutputsHeldToReferenceOutputs(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(refs, key+".png"), other, 0o644))
 	_, _, err = fetch()
 	assert.Equal(t, []string{"reference-output"}, check.Names(err), "%v", err)
+	checktest.Failed(t, err, "reference-output")
 }

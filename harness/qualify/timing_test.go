@@ -13,6 +13,7 @@ import (
 	"github.com/mediaqual/mediaqual/harness/aiperf"
 	"github.com/mediaqual/mediaqual/harness/api"
 	"github.com/mediaqual/mediaqual/harness/check"
+	"github.com/mediaqual/mediaqual/harness/check/checktest"
 	"github.com/mediaqual/mediaqual/harness/ledger"
 	"github.com/mediaqual/mediaqual/models/spec"
 	"github.com/mediaqual/mediaqual/reports"
@@ -75,7 +76,7 @@ func TestTimingFailsWithoutAClientLatency(t *testing.T) {
 		_, err = timing("m2", drop)
 		var f *check.Failure
 		require.ErrorAs(t, err, &f, "drop record %v", drop)
-		assert.Equal(t, "timing-latency", string(f.Check))
+		checktest.Failed(t, err, "timing-latency")
 		assert.Contains(t, err.Error(), "request m2 (job video_m2): AIPerf recorded no request_latency")
 	}
 
@@ -129,6 +130,7 @@ func TestTimingCrossChecksTheServersFigures(t *testing.T) {
 		t.Helper()
 		_, _, err := timeDoctored(t, e, cfg, 100, q)
 		assert.Equal(t, []string{name}, check.Names(err), "%s: %v", why, err)
+		checktest.Failed(t, err, name)
 	}
 	failsWith("task-wall", "inference_time_s in ms where s is meant", Defaults(), ref, timedRequest{130, 100 * 1000, honest})
 	failsWith("task-time-agrees", "inference_time_s half the timing's Task", Defaults(), ref, timedRequest{130, 50, honest})
