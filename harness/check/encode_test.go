@@ -23,28 +23,18 @@ import (
 // downscaled is v at 1/k of its size, each box's mean written back over the box: the size
 // asked, the detail of a clip k times smaller.
 func downscaled(v spec.Video, k int) spec.Video {
-	o := spec.Video{W: v.W, H: v.H, N: v.N, Pix: make([]byte, len(v.Pix))}
+	var frames []*image.RGBA
 	for i := range v.N {
-		src, dst := v.Frame(i), o.Frame(i)
-		for by := 0; by < v.H; by += k {
-			for bx := 0; bx < v.W; bx += k {
-				for c := range 3 {
-					sum, n := 0, 0
-					for y := by; y < min(by+k, v.H); y++ {
-						for x := bx; x < min(bx+k, v.W); x++ {
-							sum += int(src[3*(y*v.W+x)+c])
-							n++
-						}
-					}
-					for y := by; y < min(by+k, v.H); y++ {
-						for x := bx; x < min(bx+k, v.W); x++ {
-							dst[3*(y*v.W+x)+c] = uint8((sum + n/2) / n)
-						}
-					}
-				}
+		small := media.BoxMeans(v.RGBA(i), k)
+		big := image.NewRGBA(image.Rect(0, 0, v.W, v.H))
+		for y := range v.H {
+			for x := range v.W {
+				big.SetRGBA(x, y, small.RGBAAt(x/k, y/k))
 			}
 		}
+		frames = append(frames, big)
 	}
+	o, _ := spec.PackRGBA(frames)
 	return o
 }
 
