@@ -3,10 +3,12 @@ package selftest
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"testing"
 	"time"
@@ -175,4 +177,21 @@ func TestHungEndpointStillReportsEveryRow(t *testing.T) {
 		}
 		assert.Equal(t, []string{"serve/deadline"}, failed, row.Checkpoint)
 	}
+}
+
+// TestFaultsDocIsTheTable holds docs/FAULTS.md to faultCases: one table row per fault with its
+// checkpoint and check, and the count its prose states.
+func TestFaultsDocIsTheTable(t *testing.T) {
+	b, err := os.ReadFile("docs/FAULTS.md")
+	require.NoError(t, err)
+	row := regexp.MustCompile("(?m)^\\| `([a-z0-9-]+)` \\|[^\\n]*\\| ([a-z0-9-]+) \\| [a-z]+ / `([a-z0-9-]+)`")
+	var doc, want []string
+	for _, m := range row.FindAllStringSubmatch(string(b), -1) {
+		doc = append(doc, m[1]+" "+m[2]+" "+m[3])
+	}
+	for _, fc := range faultCases {
+		want = append(want, fc.fault+" "+fc.checkpoint+" "+fc.check)
+	}
+	assert.ElementsMatch(t, want, doc, "docs/FAULTS.md's table (fault, checkpoint, check) against faultCases")
+	assert.Contains(t, string(b), fmt.Sprintf("(the %d above)", len(faultCases)), "docs/FAULTS.md's count of faults")
 }
