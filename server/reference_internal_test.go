@@ -8,6 +8,7 @@ import (
 	"image/jpeg"
 	"image/png"
 	"os"
+	"runtime"
 	"testing"
 
 	"github.com/mediaqual/mediaqual/models/spec"
@@ -57,7 +58,7 @@ func FuzzReference(f *testing.F) {
 	}
 
 	f.Fuzz(func(t *testing.T, b []byte) {
-		size, e := checkReference(b, maxPixels)
+		size, cost, e := checkReference(b, maxPixels)
 		if e != nil {
 			if e.Status != 400 || e.Param != "image" || e.Message == "" {
 				t.Fatalf("refused as %+v", e)
@@ -67,7 +68,13 @@ func FuzzReference(f *testing.F) {
 		if size.W <= 0 || size.H <= 0 || size.W*size.H > maxPixels {
 			t.Fatalf("accepted %v", size)
 		}
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
 		m, err := decodeReference(b)
+		runtime.ReadMemStats(&after)
+		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > uint64(cost) {
+			t.Fatalf("decoding allocated %d bytes; decodeCost said %d", alloc, cost)
+		}
 		if err != nil {
 			var se *spec.Error
 			if !errors.As(err, &se) || !se.BadInput || se.Param != "image" || se.Code != "invalid_request" {
