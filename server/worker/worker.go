@@ -55,9 +55,9 @@ const (
 	maxEagerRestarts = 3
 	// maxLine is the longest protocol line either side sends. A longer line from the worker
 	// fails the running job (bad_worker_output) and is otherwise ignored.
-	maxLine = 1 << 20
-	stderrTailLines  = 20
-	writeTimeout     = 10 * time.Second
+	maxLine         = 1 << 20
+	stderrTailLines = 20
+	writeTimeout    = 10 * time.Second
 )
 
 // Config describes how to run one lane's worker.
