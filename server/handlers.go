@@ -521,12 +521,29 @@ func (s *Server) getModel(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, s.modelObject(l))
 }
 
+// defaultFields is the row's pinned settings under the request fields' names: the guidance
+// under the row's guidance_param (guidance_scale or true_cfg_scale), not spec.Settings' name.
+func defaultFields(cp spec.Checkpoint) map[string]any {
+	d := cp.Defaults
+	o := map[string]any{
+		"prompt": d.Prompt, "size": d.Size.String(), "num_inference_steps": d.Steps,
+		cp.Controls.GuidanceParam: d.Guidance, "seed": d.Seed,
+	}
+	if d.NegativePrompt != "" {
+		o["negative_prompt"] = d.NegativePrompt
+	}
+	if d.NumFrames > 0 {
+		o["num_frames"], o["fps"] = d.NumFrames, d.FPS
+	}
+	return o
+}
+
 func (s *Server) modelObject(l *lane) map[string]any {
 	cp := l.model.Checkpoint
 	o := map[string]any{
 		"id": cp.ID, "object": "model", "owned_by": "mediaserve", "created": 0,
 		"family": cp.Family, "profile": cp.Profile, "revision": cp.Revision, "precision": cp.Precision,
-		"capabilities": cp.Capabilities, "controls": cp.Controls, "defaults": cp.Defaults,
+		"capabilities": cp.Capabilities, "controls": cp.Controls, "defaults": defaultFields(cp),
 		"runtime": l.model.Runtime, "queue_capacity": cap(l.queue), "lanes": len(l.tasks),
 	}
 	if len(l.model.Devices) > 0 {
