@@ -16,11 +16,13 @@ import (
 // connections cannot keep /health from answering.
 const (
 	headerTimeout  = 10 * time.Second
-	uploadGrace    = 10 * time.Second
 	writeBase      = 30 * time.Second
 	maxHeaderBytes = 64 << 10
 	paceChunk      = 32 << 10 // a body's next this many bytes are due at MinUploadRate
 )
+
+// uploadGrace is how long a body may take before MinUploadRate applies (a var: tests shorten it).
+var uploadGrace = 10 * time.Second
 
 // HTTPServer is an http.Server for s.Handler() with the bounds above; the caller sets Addr or
 // calls Serve.

@@ -49,7 +49,7 @@ func FuzzReference(f *testing.F) {
 	} {
 		f.Add(s)
 	}
-	for _, name := range []string{"gopher-doc.1bpp.lossless.webp", "blue-purple-pink.lossy.webp"} {
+	for _, name := range []string{"gopher-doc.1bpp.lossless.webp", "blue-purple-pink.lossy.webp", "progressive-cmyk-1024.jpg"} {
 		b, err := os.ReadFile("testdata/" + name)
 		if err != nil {
 			f.Fatal(err)
@@ -86,4 +86,62 @@ func FuzzReference(f *testing.F) {
 			t.Fatalf("decoded %v, the header said %v", got, size)
 		}
 	})
+}
+
+// decodeCost covers what the decoders really allocate (counted by the runtime) for each format
+// and variant, and not wildly more: the memory budget is charged with it before anything is
+// decoded. The 164-byte progressive CMYK JPEG claims 4096x4096; Go's decoder allocates some
+// 320 MiB for it before it finds the data short.
+func TestDecodeCostCoversTheDecoder(t *testing.T) {
+	enc := func(m image.Image, jpg bool) []byte {
+		var b bytes.Buffer
+		var err error
+		if jpg {
+			err = jpeg.Encode(&b, m, nil)
+		} else {
+			err = png.Encode(&b, m)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b.Bytes()
+	}
+	read := func(name string) []byte {
+		b, err := os.ReadFile("testdata/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	r := image.Rect(0, 0, 512, 384)
+	for name, b := range map[string][]byte{
+		"progressive CMYK JPEG":         read("progressive-cmyk-1024.jpg"),
+		"progressive CMYK JPEG bomb":    read("bomb-4096-progressive-cmyk.jpg"),
+		"baseline JPEG":                 enc(image.NewRGBA(r), true),
+		"gray JPEG":                     enc(image.NewGray(r), true),
+		"8-bit RGBA PNG":                enc(image.NewNRGBA(r), false),
+		"16-bit RGBA PNG":               enc(image.NewRGBA64(r), false),
+		"16-bit gray PNG":               enc(image.NewGray16(r), false),
+		"paletted PNG":                  enc(image.NewPaletted(r, color.Palette{color.Black, color.White}), false),
+		"lossless WebP (1 bit a pixel)": read("gopher-doc.1bpp.lossless.webp"),
+		"lossy WebP":                    read("blue-purple-pink.lossy.webp"),
+	} {
+		cfg, cost, err := checkImage(b)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		_, _ = decodeReference(b)
+		runtime.ReadMemStats(&after)
+		alloc := int64(after.TotalAlloc - before.TotalAlloc)
+		t.Logf("%s %dx%d: allocated %d, cost %d", name, cfg.Width, cfg.Height, alloc, cost)
+		if alloc > cost {
+			t.Errorf("%s: decoding allocated %d bytes; decodeCost said %d", name, alloc, cost)
+		}
+		// Less the Task's RGBA working copy, which the decode itself does not make.
+		if decode := cost - 4*int64(cfg.Width*cfg.Height); decode > 4*alloc+decoderOverhead {
+			t.Errorf("%s: decodeCost's decode part %d is over 4 times the %d allocated", name, decode, alloc)
+		}
+	}
 }
