@@ -24,7 +24,7 @@ import (
 
 // shownFailing names, for each registered check, the tests that make it fail and assert it did
 // with checktest.Failed ("<file from the module root>:<test>"). A check caught by a fault of
-// faults_test.go's faultCases needs no entry here (the fault self-test is the evidence), but
+// selftest/faults_test.go's faultCases needs no entry here (the fault self-test is the evidence), but
 // may have one.
 var shownFailing = map[string][]string{
 	"inventory-row":            {"harness/qualify/checks_test.go:TestInventoryChecksFailByName"},
@@ -122,9 +122,9 @@ func parseTests(t *testing.T, dir string) map[string]testFunc {
 	return funcs
 }
 
-// faultChecks is the check column of faults_test.go's faultCases, read from its source.
+// faultChecks is the check column of selftest/faults_test.go's faultCases, read from its source.
 func faultChecks(t *testing.T, root string) []string {
-	af, err := parser.ParseFile(token.NewFileSet(), filepath.Join(root, "faults_test.go"), nil, 0)
+	af, err := parser.ParseFile(token.NewFileSet(), filepath.Join(root, "selftest", "faults_test.go"), nil, 0)
 	require.NoError(t, err)
 	var checks []string
 	ast.Inspect(af, func(n ast.Node) bool {
@@ -144,7 +144,7 @@ func faultChecks(t *testing.T, root string) []string {
 		}
 		return false
 	})
-	require.NotEmpty(t, checks, "faultCases in faults_test.go")
+	require.NotEmpty(t, checks, "faultCases in selftest/faults_test.go")
 	return checks
 }
 
