@@ -137,7 +137,13 @@ func (c *caseRun) runStages() {
 		var fn func() (string, error)
 		switch name {
 		case StageInventory:
-			fn = func() (s string, err error) { bundle, s, err = c.inventory(); return }
+			fn = func() (s string, err error) {
+				if err := c.Config.RootHolds(c.Entry); err != nil {
+					return "", err
+				}
+				bundle, s, err = c.inventory()
+				return
+			}
 		case StageCorrectness:
 			fn = func() (s string, err error) { native, s, err = c.correctness(bundle); return }
 		case StageServe:
