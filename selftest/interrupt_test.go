@@ -246,4 +246,7 @@ func TestExcludedRowsAreSkips(t *testing.T) {
 		assert.NotContains(t, string(out), "--- PASS: "+name+" ")
 		assert.Contains(t, string(out), "excluded by the inventory, nothing qualified: "+strings.SplitN(row.Note, "\n", 2)[0], row.Checkpoint)
 	}
+	// The stages' lines say what they established, without one file:line before them all.
+	assert.Contains(t, string(out), "excluded by the inventory")
+	assert.NotRegexp(t, `qualify\.go:\d+:`, string(out))
 }

@@ -19,7 +19,8 @@ import (
 type Config struct {
 	// Mediaserve is the mediaserve binary: the target when no endpoint is given, and its
 	// `mediaserve task` is the native path. Empty: no native path here (identity is then
-	// "not compared" unless the bundle carries reference outputs).
+	// "not compared" unless the bundle carries reference outputs). Build it with
+	// `go build -o mediaserve github.com/mediaqual/mediaqual/cmd/mediaserve`.
 	Mediaserve string
 	// Root is mediaqual's module root: a row's goldens, a worker's script, reports/published
 	// and the AIPerf virtualenv are found under it. From another module that is not ".": it is
