@@ -104,10 +104,7 @@ func (c *caseRun) correctness(b bundleFacts) (nativeOutputs, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	if c.Config.Mediaserve == "" {
-		return nil, "", notCompared{"no native path here (Config.Mediaserve is empty); " + c.servedAgainstReferences()}
-	}
-	if why := bundle.Missing(c.Entry); why != "" && c.Config.Target.External() {
+	if why := c.noNativePath(); why != "" {
 		return nil, "", notCompared{"no native path here: " + why + "; " + c.servedAgainstReferences()}
 	}
 	bundleHashed := func() (string, error) { return "", nil }

@@ -17,6 +17,13 @@
 //		t.Log(row.Outcome)
 //	}
 //
+// Config.Mediaserve is the mediaserve binary: the server launched when no endpoint is set, and
+// the native path (`mediaserve task`) identity compares with. Build it with
+// `go build -o bin/mediaserve ./cmd/mediaserve` in a clone, or from another module with
+// `go build -o mediaserve github.com/mediaqual/mediaqual/cmd/mediaserve` (launch.BuildMediaserve
+// does the former); FromEnv takes MEDIAQUAL_MEDIASERVE for a prebuilt one. The example's Root "."
+// suits rows of one's own; mediaqual's rows need its module root (Config.Root).
+//
 // Nothing here knows a model: thresholds come from the row (models/spec), checks from
 // harness/check.
 package qualify
@@ -70,9 +77,6 @@ func (n notCompared) Error() string { return "not run: " + n.Why }
 
 // Run qualifies entry against cfg's target, running each stage of Stages(entry) as a
 // subtest, and returns the result row. A failed stage fails t, and the row's outcome.
-// (row is the named result so that what the deferred function settles, the outcome above all,
-// is what Run returns: with an unnamed one, `return row` copied the row before it ran, and
-// rows whose stages failed were reported "passed".)
 func Run(t *testing.T, entry spec.Entry, cfg Config) (row reports.Row) {
 	return RunContext(context.Background(), t, entry, cfg)
 }
@@ -82,6 +86,8 @@ func Run(t *testing.T, entry spec.Entry, cfg Config) (row reports.Row) {
 // recorded as not run, a launched server is stopped, and the row's outcome is
 // reports.Interrupted, so that an interrupted run's report says what did and did not run.
 func RunContext(ctx context.Context, t *testing.T, entry spec.Entry, cfg Config) (row reports.Row) {
+	// row is named so that what the deferred function settles (the outcome above all) is
+	// what is returned.
 	start := time.Now()
 	if cfg.Target.Profile.Name == "" {
 		cfg.Target.Profile = wire.Mediaserve
@@ -139,7 +145,13 @@ func (c *caseRun) runStages() {
 		var fn func() (string, error)
 		switch name {
 		case StageInventory:
-			fn = func() (s string, err error) { bundle, s, err = c.inventory(); return }
+			fn = func() (s string, err error) {
+				if err := c.Config.RootHolds(c.Entry); err != nil {
+					return "", err
+				}
+				bundle, s, err = c.inventory()
+				return
+			}
 		case StageCorrectness:
 			fn = func() (s string, err error) { native, s, err = c.correctness(bundle); return }
 		case StageServe:
@@ -191,7 +203,8 @@ func (c *caseRun) stage(name string, fn func() (string, error)) bool {
 		}
 		msg = summary
 		if summary != "" {
-			t.Log(summary)
+			// Without the file:line t.Log would put before it, the same on every stage's line.
+			fmt.Fprintln(t.Output(), summary)
 		}
 	})
 	st := reports.Stage{Name: name, Passed: ok && !skipped, NotRun: skipped, Message: msg, Checks: failed}

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -133,8 +134,11 @@ func (c *caseRun) launch() (*serving, string, error) {
 	}
 	start := time.Now()
 	srv, err := launch.Launch(cfg)
+	if errors.Is(err, launch.ErrNotReady) { // not for a server that exited saying why
+		err = fmt.Errorf("%w\n%s", err, bundle.RaiseHint(timeout, from))
+	}
 	if err != nil {
-		return nil, "", check.Fail("launch", "%w\n%s", err, bundle.RaiseHint(timeout, from))
+		return nil, "", check.Fail("launch", "%w", err)
 	}
 	c.Row.Load = &reports.Load{ReadyS: time.Since(start).Seconds(), TimeoutS: timeout.Seconds(), From: from}
 	c.T.Cleanup(func() { _ = srv.Stop() })
