@@ -67,6 +67,16 @@ var faultCases = []struct {
 	// The aiperf stage's shape probe serves another size first; without it every served job
 	// before identity has the pinned shape and this fault passes.
 	{"history-bytes", "ref-t2v", "artifact-sha256"},
+	// The job is gone (GET answers 404), its content is not: cleanup asks for both.
+	{"content-undeleted", "ref-t2v", "delete"},
+	// Identity passes both (the native path shares the encoder, and the fault): the suite's own
+	// encode of the raw frames with the contract's settings sees the lost detail.
+	{"downscaled", "ref-t2v", "encode-psnr"},
+	{"limited-range", "ref-t2v", "encode-psnr"},
+	// 1000 times the Task: longer than the whole request the client timed.
+	{"inference-ms", "ref-t2v", "task-wall"},
+	{"inference-halved", "ref-edit", "task-time-agrees"},
+	{"task-is-total", "ref-t2v", "timing-parts"},
 }
 
 // TestEveryFaultHasACase: a fault mediaserve offers without a self-test case proves nothing,

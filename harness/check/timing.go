@@ -22,31 +22,36 @@ type TaskClaim struct {
 // (mediaserve reports both from one duration, rounded to the microsecond).
 func taskTolerance(a, b float64) float64 { return 0.5 + 0.005*max(math.Abs(a), math.Abs(b)) }
 
-// TaskTime holds a job's reports of its Task time to each other and to the client's latency
-// (check "task-wall" for a Task the client's clock refutes: negative, or longer than the
-// whole request; check "task-time-agrees" for two reports that disagree, a Task reported in
-// ms where s is meant, for one). It returns the Task time, the first report's.
-func TaskTime(claims []TaskClaim, latencyMS float64) (float64, error) {
+// TaskBounds holds each report of a job's Task time to the client's clock (check "task-wall"):
+// a Task that is not a number, negative, or longer than the whole request the client timed
+// (the Task runs inside it, and a longer one would make the overhead negative and its budget
+// unfailable) is a wrong figure.
+func TaskBounds(claims []TaskClaim, latencyMS float64) error {
 	for _, c := range claims {
 		switch {
 		case math.IsNaN(c.MS) || math.IsInf(c.MS, 0):
-			return 0, fail("task-wall", "%s is %v", c.From, c.MS)
+			return fail("task-wall", "%s is %v", c.From, c.MS)
 		case c.MS < 0:
-			return 0, fail("task-wall", "%s is %.1f ms: a Task cannot take negative time", c.From, c.MS)
+			return fail("task-wall", "%s is %.1f ms: a Task cannot take negative time", c.From, c.MS)
 		case c.MS > latencyMS:
-			// The Task runs inside the request the client timed: a longer one would make the
-			// overhead negative and its budget unfailable.
-			return 0, fail("task-wall", "%s is %.1f ms, for a request the client timed at %.1f ms in all", c.From, c.MS, latencyMS)
+			return fail("task-wall", "%s is %.1f ms, for a request the client timed at %.1f ms in all", c.From, c.MS, latencyMS)
 		}
 	}
-	for _, c := range claims[min(1, len(claims)):] {
+	return nil
+}
+
+// TaskAgrees holds a job's reports of its Task time to each other (check "task-time-agrees":
+// inference_time_s in ms where s is meant, or half the Task, for two). It returns the Task
+// time, the first report's; 0 without one.
+func TaskAgrees(claims []TaskClaim) (float64, error) {
+	if len(claims) == 0 {
+		return 0, nil
+	}
+	for _, c := range claims[1:] {
 		if d := math.Abs(c.MS - claims[0].MS); d > taskTolerance(c.MS, claims[0].MS) {
 			return 0, fail("task-time-agrees", "%s is %.3f ms, %s %.3f ms (x%.4g): the server's reports of one Task disagree",
 				claims[0].From, claims[0].MS, c.From, c.MS, c.MS/claims[0].MS)
 		}
-	}
-	if len(claims) == 0 {
-		return 0, nil
 	}
 	return claims[0].MS, nil
 }

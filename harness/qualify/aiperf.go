@@ -143,8 +143,14 @@ func (c *caseRun) aiperf(s *serving) (aiperfRun, string, error) {
 	}
 	run.Requests = requestsOf(reqs, byPrompt)
 	how := "every request maps to exactly one server job"
-	if s.External {
-		how = "every request maps to exactly one job the endpoint reports"
+	switch {
+	case !s.External:
+	case c.Entry.Workload != spec.TextToVideo:
+		how = "every request answered on its own exchange (an edit has no job to join)"
+	case c.echoed() != "":
+		how = fmt.Sprintf("every request maps to exactly one job the endpoint reports, but its polls echoed no X-Request-ID for %d: joined on AIPerf's record", len(c.unechoed))
+	default:
+		how = "every request maps to exactly one job the endpoint reports, each joined on the X-Request-ID the endpoint echoed"
 	}
 	return run, fmt.Sprintf("AIPerf %s: %s (%d warmup, %d measured); %s", env.Version, aiperf.Summarize(reqs), warmup, measured, how), nil
 }
@@ -290,13 +296,17 @@ func (c *caseRun) followUnfinished(s *serving, x aiperf.Exports) ([]aiperf.Reque
 
 // account is the server's account of the run: a launched mediaserve's ledger, or, for an
 // endpoint (whose ledger, if any, is not ours to read), a terminal job line built from what
-// the endpoint answers for each job AIPerf saw. Every answer is kept for the contract's
-// assessment.
+// the endpoint answers for each job AIPerf saw. Each job's poll carries its request's
+// X-Request-ID, and the line is filed under the id the endpoint echoes (so a server that
+// echoes another request's id fails the accounting); an endpoint that echoes none is joined on
+// AIPerf's record alone, which the row says (unechoed). Every answer is kept for the
+// contract's assessment.
 func (c *caseRun) account(s *serving, x aiperf.Exports) ([]ledger.Entry, error) {
 	if !s.External {
 		return ledger.Read(s.ledgerPath)
 	}
 	var entries []ledger.Entry
+	c.unechoed = nil
 	for _, raw := range x.Raw {
 		e := ledger.Entry{Event: "job", RequestID: raw.Meta.XRequestID, JobID: raw.JobID()}
 		var body []byte
@@ -305,9 +315,15 @@ func (c *caseRun) account(s *serving, x aiperf.Exports) ([]ledger.Entry, error) 
 				continue // neither a job nor a refusal: Join calls it lost
 			}
 			method, path := s.Profile.Path(s.Profile.PollVideo, e.JobID)
-			step, err := s.exchange(c.ctx, "poll", method, path, nil)
+			ctx, echo := withRequestID(c.ctx, e.RequestID)
+			step, err := s.exchange(ctx, "poll", method, path, nil)
 			if err != nil {
 				return nil, err
+			}
+			if echo.got == "" {
+				c.unechoed = append(c.unechoed, e.RequestID)
+			} else {
+				e.RequestID = echo.got // the endpoint's own word on whose job this is
 			}
 			c.steps = append(c.steps, step)
 			if step.Response.Status != http.StatusOK {
@@ -422,4 +438,30 @@ func (c *caseRun) notOwn(entries []ledger.Entry) []ledger.Entry {
 		}
 	}
 	return out
+}
+
+// requestIDKey carries, in a request's context, the X-Request-ID serving.exchange sends and
+// the one the server echoed.
+type requestIDKey struct{}
+
+type requestIDEcho struct{ sent, got string }
+
+// withRequestID is ctx for an exchange that sends id as X-Request-ID; the echo reads what the
+// server answered in the same header once the exchange is done ("" for none).
+func withRequestID(ctx context.Context, id string) (context.Context, *requestIDEcho) {
+	e := &requestIDEcho{sent: id}
+	return context.WithValue(ctx, requestIDKey{}, e), e
+}
+
+// echoed is the limit of an endpoint that echoed no X-Request-ID on its jobs' polls: the
+// account joins its jobs to AIPerf's requests on AIPerf's record alone.
+func (c *caseRun) echoed() string {
+	if len(c.unechoed) == 0 {
+		return ""
+	}
+	why := fmt.Sprintf("the endpoint echoed no X-Request-ID on the polls of %d jobs (request %s first): they are joined to AIPerf's requests on AIPerf's record alone, never on the server's own word",
+		len(c.unechoed), c.unechoed[0])
+	c.limit(spec.FamilyValidated, why)
+	c.findings = append(c.findings, wire.Finding{Name: "no-request-id-echo", Detail: why})
+	return why
 }

@@ -67,6 +67,7 @@ type caseRun struct {
 	pollHold  time.Duration  // a launched mediaserve's -poll-hold
 	own       []string       // X-Request-IDs of the suite's own requests before AIPerf's (the shape probe)
 	jobs      []string       // video jobs created for the suite's requests: cleanup deletes each (createdJobs)
+	unechoed  []string       // AIPerf requests whose job's poll the endpoint answered without echoing X-Request-ID
 }
 
 // notCompared is a stage that could not establish anything: it is reported as not run (never

@@ -195,11 +195,18 @@ func (s *serving) exchange(ctx context.Context, step, method, path string, field
 	if s.API.APIKey != "" {
 		req.Header.Set("Authorization", "Bearer "+s.API.APIKey)
 	}
+	echo, _ := ctx.Value(requestIDKey{}).(*requestIDEcho)
+	if echo != nil {
+		req.Header.Set("X-Request-ID", echo.sent)
+	}
 	resp, err := s.API.HTTP.Do(req) // the case's client: never one without a timeout
 	if err != nil {
 		return st, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	defer resp.Body.Close()
+	if echo != nil {
+		echo.got = resp.Header.Get("X-Request-ID")
+	}
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return st, fmt.Errorf("%s %s: %w", method, path, err)

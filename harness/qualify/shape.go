@@ -103,7 +103,7 @@ func (c *caseRun) probeClip(s *serving, st spec.Settings, prompt, id string) ([]
 	if done.Status != "completed" {
 		return nil, check.Fail("shape-probe", "%s at %s ended %s: %v", id, shape, done.Status, done.Error)
 	}
-	if err := check.Settings(asked(c.Entry, st), done.Actual); err != nil {
+	if err := c.ownSettings(s, id, asked(c.Entry, st), done.Actual, done.Raw["actual"] != nil); err != nil {
 		return nil, err
 	}
 	mp4, _, err := s.API.Content(ctx, v.ID)
