@@ -136,7 +136,7 @@ func TestWriteFilesElsewhereKeepsPictures(t *testing.T) {
 }
 
 // A report built by hand, with no time or command, says neither; WriteFiles stamps its time.
-// Before: "Generated 0001-01-01T00:00:00Z by ``".
+// Before: it said it was generated at the zero time, by an empty command.
 func TestEmptyReportClaimsNoZeroTime(t *testing.T) {
 	var md strings.Builder
 	require.NoError(t, Markdown(&md, Report{}))
