@@ -94,15 +94,11 @@ FUZZ_MP4 ?= 40000x
 FUZZ_FORM ?= 25000x
 FUZZ_RESOLVE ?= 50000x
 FUZZ_REFERENCE ?= 40000x
-# The worker's pipelined PNG decode against Pillow's alone (models/pyworker/test_pngdecode.py):
-# random PNGs, most of them mutated; 4000 took 18.8 s here alone (10000 in make test: 45 s).
-FUZZ_PNGDECODE ?= 4000
-fuzz: torch
+fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzReadMP4$$' -fuzztime $(FUZZ_MP4) -fuzzminimizetime 200x ./harness/media/
 	$(GO) test -run '^$$' -fuzz '^FuzzReadForm$$' -fuzztime $(FUZZ_FORM) -fuzzminimizetime 200x ./server/
 	$(GO) test -run '^$$' -fuzz '^FuzzResolve$$' -fuzztime $(FUZZ_RESOLVE) -fuzzminimizetime 200x ./server/
 	$(GO) test -run '^$$' -fuzz '^FuzzReference$$' -fuzztime $(FUZZ_REFERENCE) -fuzzminimizetime 200x ./server/
-	cd models/pyworker && PNGDECODE_MUTATIONS=$(FUZZ_PNGDECODE) $(abspath $(TORCH_VENV))/bin/python -m unittest test_pngdecode
 
 # The main job: qualify every checkpoint this machine can run (the embedded reference
 # families on a CPU) and write JUnit, JSON, Markdown and HTML results. The root package holds

@@ -41,6 +41,20 @@ type Stage struct {
 	Check string `json:"check,omitempty"`
 	// Checks are all the checks that failed it, Check first (a stage may fail several).
 	Checks []string `json:"checks,omitempty"`
+	// NotRun says the stage did not run (no native path here, the run interrupted): it
+	// neither passed nor failed, and Message says why.
+	NotRun bool `json:"not_run,omitempty"`
+}
+
+// Mark is how a stage reads in a report: ok, FAIL or not run.
+func (s Stage) Mark() string {
+	switch {
+	case s.NotRun:
+		return "not run"
+	case s.Passed:
+		return "ok"
+	}
+	return "FAIL"
 }
 
 // Timing holds figures over measured requests only (no warmup, load or start-up).

@@ -17,11 +17,7 @@ var summaryColumns = []string{"checkpoint", "label", "outcome", "inventory statu
 func summaryCells(row Row) []string {
 	stages := make([]string, len(row.Stages))
 	for i, s := range row.Stages {
-		mark := "ok"
-		if !s.Passed {
-			mark = "FAIL"
-		}
-		stages[i] = s.Name + " " + mark
+		stages[i] = s.Name + " " + s.Mark()
 	}
 	tm, thr := "—", "—"
 	task, over := "—", "—"
@@ -134,11 +130,11 @@ func details(row Row) []detail {
 	}
 	for _, s := range row.Stages {
 		if s.Message != "" {
-			mark := "ok"
-			if !s.Passed {
+			mark := s.Mark()
+			if mark == "FAIL" {
 				mark = "FAILED"
 			}
-			ds = append(ds, detail{Name: s.Name + " " + mark, Text: s.Message, Stage: true, Failed: !s.Passed})
+			ds = append(ds, detail{Name: s.Name + " " + mark, Text: s.Message, Stage: true, Failed: !s.Passed && !s.NotRun})
 		}
 	}
 	if row.AIPerfCommand != "" {

@@ -38,6 +38,7 @@ var Faults = map[string]string{
 	"delete-leaves-files": "DELETE answers deleted but leaves the artifact on disk",
 	"latency-spike":       "the third job of a size waits 3 s before its Task runs",
 	"delete-keeps-job":    "DELETE answers deleted but the job stays",
+	"content-undeleted":   "DELETE forgets the job, but its content keeps downloading (served from a copy the delete does not reach)",
 	"ledger-wrong-digest": "the ledger records a digest that is not the artifact's",
 	"no-task-wall":        "the ledger records no Task-call wall",
 	"task-overstated":     "the ledger records every Task-call wall 10 s longer than it was (a server hiding its overhead)",
@@ -68,6 +69,7 @@ type fault struct {
 	polled     sync.Map // job id -> struct{}: for poll-500, which fails only the first poll
 	downloaded sync.Map // job id -> struct{}: for refetch-fails
 	shapes     sync.Map // output and reference sizes served: for history-bytes
+	kept       sync.Map // job id -> artifact path: for content-undeleted
 }
 
 func newFault(name string) (*fault, error) {
@@ -272,6 +274,28 @@ func (f *fault) ledgerLine(e *LedgerEntry) {
 	case f.is("task-overstated") && e.Timing != nil:
 		e.Timing.TaskCallWallMS += 10000
 	}
+}
+
+// keepContent says whether a deleted job's artifact stays on disk, kept to be served after the
+// delete (content-undeleted) or left behind (delete-leaves-files).
+func (f *fault) keepContent(id, path string) bool {
+	if f.is("content-undeleted") {
+		f.kept.Store(id, path)
+		return true
+	}
+	return f.is("delete-leaves-files")
+}
+
+// keptContent is the artifact content-undeleted still serves for a deleted job.
+func (f *fault) keptContent(id string) (string, bool) {
+	if !f.is("content-undeleted") {
+		return "", false
+	}
+	path, ok := f.kept.Load(id)
+	if !ok {
+		return "", false
+	}
+	return path.(string), true
 }
 
 // load fails loading for load-fails.

@@ -129,11 +129,16 @@ func start(t testing.TB, cfg server.Config) *env {
 		cfg.Models = referenceModels(t)
 	}
 	cfg.ArtifactDir, cfg.Ledger = e.dir, e.ledger
+	e.http = httptest.NewUnstartedServer(nil)
+	if cfg.PublicURL == "" {
+		cfg.PublicURL = "http://" + e.http.Listener.Addr().String()
+	}
 	srv, err := server.New(cfg)
 	require.NoError(t, err)
 	require.NoError(t, srv.Load(context.Background()))
 	e.srv = srv
-	e.http = httptest.NewServer(srv.Handler())
+	e.http.Config.Handler = srv.Handler()
+	e.http.Start()
 	t.Cleanup(func() {
 		e.http.Close()
 		srv.Close()

@@ -93,15 +93,16 @@ func EditResponse(raw aiperf.RawRecord) ([]byte, error) {
 	return img, nil
 }
 
-// GoneAfterDelete is the check "delete": what GET answered for a deleted job must be the
-// contract's 404. Any other error (a 500, a dropped connection) is not evidence it is gone.
-func GoneAfterDelete(id string, err error) error {
+// GoneAfterDelete is the check "delete": what GET answered for a deleted job, or for its
+// content (what), must be the contract's 404. Any other error (a 500, a dropped connection) is
+// not evidence it is gone.
+func GoneAfterDelete(what string, err error) error {
 	var apiErr *client.APIError
 	switch {
 	case err == nil:
-		return fail("delete", "%s still answers after delete", id)
+		return fail("delete", "%s still answers after delete", what)
 	case !errors.As(err, &apiErr) || apiErr.Status != http.StatusNotFound:
-		return fail("delete", "GET %s after delete: want 404, got %v", id, err)
+		return fail("delete", "GET %s after delete: want 404, got %v", what, err)
 	}
 	return nil
 }

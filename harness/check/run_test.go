@@ -18,11 +18,15 @@ import (
 )
 
 // failsWith asserts that err is a check failure naming name (read from the typed failure, as
-// check_test.go's failsWith does from outside the package) and that its message says so.
+// check_test.go's failsWith does from outside the package) and that its message says so; it
+// says so in the output as checktest.Failed does (which this package's own tests cannot import:
+// it imports the package).
 func failsWith(t *testing.T, err error, name string) {
 	t.Helper()
 	require.Error(t, err, "want check %s to fail", name)
-	assert.Equal(t, []string{name}, Names(err), "%v", err)
+	if assert.Equal(t, []string{name}, Names(err), "%v", err) {
+		t.Log("shown failing: " + name)
+	}
 	assert.Contains(t, err.Error(), "check "+name+":")
 }
 

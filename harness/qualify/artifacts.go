@@ -3,6 +3,7 @@ package qualify
 import (
 	"errors"
 	"fmt"
+	"image"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -41,12 +42,19 @@ func (a artifactSet) measured() []artifact {
 // fetchArtifacts is the stage "artifacts": the artifact of every request of the AIPerf run
 // (AIPerf throws videos away) fetched, held to the digest the server declared, and put
 // through every artifact check.
-func (c *caseRun) fetchArtifacts(s *serving, native nativeOutputs, run aiperfRun) (artifactSet, string, error) {
+func (c *caseRun) fetchArtifacts(s *serving, native nativeOutputs, run aiperfRun) (_ artifactSet, summary string, _ error) {
 	out := artifactSet{Run: run}
 	if len(run.Requests) == 0 {
 		return out, "", errors.New("no AIPerf requests to check: the aiperf stage failed")
 	}
-	var failed []error // every artifact is fetched and kept; each failure is listed
+	var failed []error                    // every artifact is fetched and kept; each failure is listed
+	byInput := map[string][]*image.RGBA{} // each input's first artifact, coarse, for distinct-outputs
+	refs := c.referenceOutputs()
+	defer func() {
+		if refs != nil && len(refs.ssim) > 0 && len(native) == 0 {
+			c.Row.ReferenceSSIM = refs.ssim
+		}
+	}()
 	declared, unreported := 0, 0
 	for _, r := range run.Requests {
 		a := artifact{aiperfRequest: r}
@@ -92,6 +100,15 @@ func (c *caseRun) fetchArtifacts(s *serving, native nativeOutputs, run aiperfRun
 		if a.Decoded, err = c.frameDigests(a.Path, frames); err != nil {
 			failed = append(failed, fmt.Errorf("%s: %w", where, err))
 		}
+		if _, ok := byInput[r.item.key]; !ok && frames != nil {
+			byInput[r.item.key] = check.Coarse(frames)
+			if len(native) == 0 {
+				// No native path here: the bundle's reference outputs, if any, hold the served ones.
+				if err := refs.compare(c.ctx, r.item.key, frames, c.Entry.Workload); err != nil {
+					failed = append(failed, fmt.Errorf("%s: %w", where, err))
+				}
+			}
+		}
 		if n, ok := native[r.item.key]; ok && frames != nil && n.FramesSHA256 == r.declared.FramesSHA256 {
 			// The served artifact was encoded from exactly the native raw frames.
 			if a.PSNR, err = check.EncodePSNR(n.Raw, frames, c.Entry.Workload != spec.TextToVideo); err != nil {
@@ -99,12 +116,6 @@ func (c *caseRun) fetchArtifacts(s *serving, native nativeOutputs, run aiperfRun
 			}
 		}
 		out.Served = append(out.Served, a)
-	}
-	byInput := map[string][]string{}
-	for _, a := range out.Served {
-		if _, ok := byInput[a.item.key]; !ok {
-			byInput[a.item.key] = a.Decoded
-		}
 	}
 	if err := check.DistinctOutputs(byInput); err != nil {
 		failed = append(failed, err)
@@ -116,6 +127,9 @@ func (c *caseRun) fetchArtifacts(s *serving, native nativeOutputs, run aiperfRun
 		return out, "", errors.Join(failed...)
 	}
 	c.Row.Counts["artifacts_verified"] = len(out.Served)
+	if refs != nil && refs.compared > 0 && len(native) == 0 {
+		defer func() { summary += "; served " + refs.summary(nil) }()
+	}
 	if s.External {
 		settings := "each one's actual settings equal to what was asked"
 		if unreported > 0 {

@@ -77,3 +77,23 @@ func (c *caseRun) edit(s *serving, it workItem, requestID string) ([]byte, error
 func casePrefix(id string) string {
 	return strings.NewReplacer("/", "_", ".", "_").Replace(id)
 }
+
+// seedInfluence is the check "seed-influence" on two probe outputs (what): their decoded frames
+// must be two pictures, not one with other bytes.
+func (c *caseRun) seedInfluence(what string, a, b []byte) error {
+	var frames [2][]*image.RGBA
+	for i, data := range [][]byte{a, b} {
+		path := filepath.Join(c.Dir, "probe", fmt.Sprintf("seed-%d%s", i, extension(c.Entry.Workload)))
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			return err
+		}
+		var err error
+		if frames[i], err = decodeAll(c.ctx, path, c.Entry.Workload); err != nil {
+			return check.Fail("shape-probe", "%s: decoding its output: %w", what, err)
+		}
+	}
+	return check.SeedInfluence(what, frames[0], frames[1])
+}

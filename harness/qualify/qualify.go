@@ -66,13 +66,14 @@ type caseRun struct {
 	findings  []wire.Finding // departures seen outside those steps
 	pollHold  time.Duration  // a launched mediaserve's -poll-hold
 	own       []string       // X-Request-IDs of the suite's own requests before AIPerf's (the shape probe)
+	jobs      []string       // video jobs created for the suite's requests: cleanup deletes each (createdJobs)
 }
 
 // notCompared is a stage that could not establish anything: it is reported as not run (never
 // as a pass), with why.
 type notCompared struct{ Why string }
 
-func (n notCompared) Error() string { return "not compared: " + n.Why }
+func (n notCompared) Error() string { return "not run: " + n.Why }
 
 // Run qualifies entry against cfg's target, running each stage of Stages(entry) as a
 // subtest, and returns the result row. A failed stage fails t, and the row's outcome.
@@ -112,6 +113,7 @@ func RunContext(ctx context.Context, t *testing.T, entry spec.Entry, cfg Config)
 			row.Outcome = reports.GapDetected
 		}
 		row.Earn()
+		report(t, row)
 	}()
 	c.Dir = c.caseDir()
 	c.runStages()
@@ -136,7 +138,7 @@ func (c *caseRun) runStages() {
 	for i, name := range Stages(c.Entry) {
 		if why := c.interrupted(); why != nil {
 			for _, rest := range Stages(c.Entry)[i:] {
-				c.Row.Stages = append(c.Row.Stages, reports.Stage{Name: rest, Message: "not run: the run was interrupted (" + why.Error() + ")"})
+				c.Row.Stages = append(c.Row.Stages, reports.Stage{Name: rest, NotRun: true, Message: "not run: the run was interrupted (" + why.Error() + ")"})
 			}
 			return
 		}
@@ -189,28 +191,56 @@ func (c *caseRun) stage(name string, fn func() (string, error)) bool {
 	ok := c.T.Run(name, func(t *testing.T) {
 		summary, err := fn()
 		err = c.deadline(name, err)
+		// logf and SkipNow/FailNow, not t.Skip/Fatal, which put this file's line first.
 		var nc notCompared
 		if errors.As(err, &nc) {
 			msg, skipped = nc.Error(), true
 			c.limit(spec.Implemented, name+" "+msg)
-			t.Skip(msg)
+			logf(t, "%s", msg)
+			t.SkipNow()
 		}
 		if err != nil {
 			msg, failed = err.Error(), check.Names(err)
-			t.Fatal(err)
+			logf(t, "%s", msg)
+			t.FailNow()
 		}
 		msg = summary
 		if summary != "" {
-			// Without the file:line t.Log would put before it, the same on every stage's line.
-			fmt.Fprintln(t.Output(), summary)
+			logf(t, "%s", summary)
 		}
 	})
-	st := reports.Stage{Name: name, Passed: ok && !skipped, Message: msg, Checks: failed}
+	st := reports.Stage{Name: name, Passed: ok && !skipped, NotRun: skipped, Message: msg, Checks: failed}
 	if len(failed) > 0 {
 		st.Check = failed[0]
 	}
 	c.Row.Stages = append(c.Row.Stages, st)
 	return ok
+}
+
+// report prints what the row's verdict rests on, in go test -v's output (not only in a
+// report, which a run need not ask for): its findings, its limits and what it earned.
+func report(t *testing.T, row reports.Row) {
+	for _, f := range row.Findings {
+		logf(t, "finding: %s", f)
+	}
+	for _, l := range row.Limits {
+		logf(t, "limit: at most %s: %s", l.Ceiling, l.Why)
+	}
+	earned := string(row.Earned)
+	switch {
+	case earned != "":
+	case row.Outcome != reports.Passed:
+		earned = "nothing (" + row.Outcome + ")"
+	default:
+		earned = "nothing (" + row.Label + ")"
+	}
+	logf(t, "outcome: %s; earned: %s", row.Outcome, earned)
+}
+
+// logf is t.Logf without the file:line t.Logf puts first, which for the qualification's lines
+// is the same few lines of this package every time.
+func logf(t *testing.T, format string, args ...any) {
+	fmt.Fprintf(t.Output(), format+"\n", args...)
 }
 
 // interrupted is why the run was interrupted, or nil while it was not: the cause of the run's

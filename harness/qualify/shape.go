@@ -77,8 +77,8 @@ func (c *caseRun) shapeProbe(s *serving) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if digest(first) == digest(second) {
-		return "", check.Fail("seed-influence", "the probe (%s) at seed %d and at seed %d gave the same bytes: the output does not depend on the seed", did, st.Seed, other.Seed)
+	if err := c.seedInfluence(fmt.Sprintf("the probe (%s) at seed %d and at seed %d", did, st.Seed, other.Seed), first, second); err != nil {
+		return "", err
 	}
 	return msg + fmt.Sprintf("; at seed %d it differs from seed %d", other.Seed, st.Seed), nil
 }
