@@ -130,7 +130,7 @@ func (s *Server) videoObject(j *job) map[string]any {
 	if p := j.product; p != nil {
 		o["url"] = j.base + "/v1/videos/" + j.id + "/content"
 		o["actual"] = p.Actual
-		o["inference_time_s"] = p.TaskWall.Seconds() // AIPerf reads these two
+		o["inference_time_s"] = s.fault.inferenceTime(p.TaskWall.Seconds()) // AIPerf reads these two
 		o["peak_memory_mb"] = p.PeakMemoryMB
 		o["sha256"] = p.SHA256
 	}
@@ -239,6 +239,10 @@ func (s *Server) imageContent(w http.ResponseWriter, r *http.Request) {
 func (s *Server) serveArtifact(w http.ResponseWriter, r *http.Request, kind spec.Capability, contentType string) {
 	s.mu.Lock()
 	j, e := s.lookup(r.PathValue("id"), kind)
+	if kept, ok := s.fault.keptContent(r.PathValue("id")); e != nil && ok {
+		e = nil
+		j = &job{id: r.PathValue("id"), path: kept, product: &Product{}}
+	}
 	if e == nil && j.product == nil {
 		e = errf(http.StatusConflict, "job_not_complete", "id", "%s is %s; content exists only once it is completed", j.id, j.status)
 	}
@@ -424,7 +428,7 @@ func (s *Server) respondEdit(w http.ResponseWriter, j *job) {
 		"id": j.id, "created": j.created.Unix(), "model": j.lane.model.Checkpoint.ID,
 		"size":          fmt.Sprintf("%dx%d", p.Actual.Width, p.Actual.Height),
 		"output_format": "png", "actual": p.Actual, "timing": timing, "sha256": p.SHA256,
-		"inference_time_s": p.TaskWall.Seconds(), "peak_memory_mb": p.PeakMemoryMB,
+		"inference_time_s": s.fault.inferenceTime(p.TaskWall.Seconds()), "peak_memory_mb": p.PeakMemoryMB,
 		"expires_at": expiresOrNil(keep, j.expires),
 	}
 	if keep {

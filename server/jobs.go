@@ -348,7 +348,7 @@ func (s *Server) forget(j *job, why string) []string {
 	j.deleted = true
 	j.touch()
 	j.cancel(errDeleted)
-	if s.fault.is("delete-leaves-files") && why == "deleted" {
+	if why == "deleted" && s.fault.keepContent(j.id, j.path) {
 		return nil
 	}
 	return s.removeFiles(j)
