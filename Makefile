@@ -7,18 +7,21 @@ BIN     := bin
 
 all: test
 
+# apt-get install of Debian packages $(1): its hundreds of lines go to a log, printed (the last
+# 30) only when it fails.
+apt_install = log=$${TMPDIR:-/tmp}/mediaqual-apt-$(firstword $(1)).log; \
+	echo "installing Debian $(1) with apt-get (its output: $$log)"; \
+	{ $(SUDO) apt-get update -qq && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(1); } >$$log 2>&1 || \
+	{ tail -n 30 $$log; exit 1; }
+
 # Debian's ffmpeg provides the encoder mediaserve uses and ffprobe, the suite's oracle.
 ffmpeg:
-	@if ! command -v ffmpeg >/dev/null || ! command -v ffprobe >/dev/null; then \
-		echo "installing Debian ffmpeg"; \
-		$(SUDO) apt-get update -qq && \
-		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends ffmpeg; \
-	fi
+	@if ! command -v ffmpeg >/dev/null || ! command -v ffprobe >/dev/null; then $(call apt_install,ffmpeg); fi
 
 # Debian's python3-venv, which both virtualenvs need (one apt-get, before either starts).
 python3-venv:
-	@python3 -c 'import venv, ensurepip' 2>/dev/null || { echo "installing Debian python3-venv"; \
-		$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv; }
+	@if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then $(call apt_install,python3-venv); fi
 
 # Both virtualenvs are built once per machine, in VENV_CACHE under names that change with what
 # they hold, and linked into .cache/ where the tests look: another clone (CI's fresh one, for
@@ -51,18 +54,14 @@ torch: python3-venv
 	if [ "$$venv" = .cache/torch-2.11.0 ] && [ ! -d $$venv -o -L $$venv ]; then venv=$(TORCH_SHARED); fi; \
 	mkdir -p $$(dirname $$venv); \
 	flock $$venv.lock sh -c 'if ! $$1/bin/python -c "import torch, torchvision, diffusers, transformers, accelerate, numpy" 2>/dev/null; then \
-		echo "installing scripts/torch-cpu.txt into $$1"; \
+		echo "installing scripts/torch-cpu.txt into $$1 (CPU torch, diffusers, transformers: about 5 GB, a few minutes)"; \
 		python3 -m venv --clear $$1 && $$1/bin/pip install -q --disable-pip-version-check -r scripts/torch-cpu.txt; \
 	fi' sh $$venv; \
 	if [ "$$venv" = $(TORCH_SHARED) ]; then mkdir -p .cache && ln -sfn $$venv .cache/torch-2.11.0; fi
 
 # Debian's Chromium renders the HTML report in its test.
 chromium:
-	@if ! command -v chromium >/dev/null; then \
-		echo "installing Debian chromium"; \
-		$(SUDO) apt-get update -qq && \
-		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; \
-	fi
+	@if ! command -v chromium >/dev/null; then $(call apt_install,chromium); fi
 
 deps: ffmpeg aiperf
 	$(GO) mod download
@@ -79,9 +78,13 @@ vet:
 	$(GO) vet ./...
 	$(GO) vet -tags gpu ./...
 
+# gotestsum prints each package's line as it ends (a failure's output in full), so a long
+# run says how far along it is; go test alone prints nothing for minutes.
 test: ffmpeg chromium venvs vet
 	$(GO) mod download
-	$(GO) test -count=1 -timeout 25m ./...
+	@gotestsum=$$($(GO) tool -n gotestsum) || exit 1; \
+	echo "go test -count=1 -timeout 25m ./... (one line a package as it ends)"; \
+	$$gotestsum --format pkgname -- -count=1 -timeout 25m ./...
 	$(MAKE) fuzz
 
 # Each fuzz target runs briefly on every test run (its seeds also run as plain tests); found
@@ -104,11 +107,13 @@ fuzz:
 # families on a CPU) and write JUnit, JSON, Markdown and HTML results. The root package holds
 # the rows and nothing else (the suite's self-tests are selftest/'s, run by make test), so the
 # JUnit holds the rows alone.
-# The run writes into $(REPORT_DIR).new; its report replaces $(REPORT_DIR) only once written
-# (the test binary writes an interrupted run's report too, marked so, on SIGINT), so Ctrl-C
-# never leaves a mix of two runs: a run that wrote no report leaves the previous one whole,
-# its junit.xml included. The last line says which happened. QUALIFY_RUN narrows the run to
-# the cases it matches (go test -run), e.g. make qualify QUALIFY_RUN=Ref_edit.
+# The test binary writes the report into a directory beside $(REPORT_DIR) and then puts it in
+# place of $(REPORT_DIR) whole (an interrupted run's report too, marked so, on SIGINT), so the
+# paths the report names are those it has after the run, and Ctrl-C never leaves a mix of two
+# runs. gotestsum's junit.xml joins it only when the run replaced the directory (a directory
+# of another inode); a run that wrote no report leaves the previous one whole, its junit.xml
+# included. The last line says which happened. QUALIFY_RUN narrows the run to the cases it
+# matches (go test -run), e.g. make qualify QUALIFY_RUN=Ref_edit.
 # gotestsum runs as itself, not under `go tool`, which forwards every signal to it: Ctrl-C then
 # reached it twice, its handler takes one, and the second killed it and, through a broken pipe,
 # the test binary before it wrote the interrupted run's report (selftest's
@@ -116,19 +121,21 @@ fuzz:
 REPORT_DIR ?= reports/out
 QUALIFY_RUN ?=
 qualify: deps
-	@out=$(REPORT_DIR); new=$(REPORT_DIR).new; rm -rf $$new; mkdir -p $$new; \
+	@out=$(REPORT_DIR); junit=$$(dirname $$out)/.$$(basename $$out).junit.xml; \
+	mkdir -p $$(dirname $$out); rm -f $$junit; before=$$(stat -c %i $$out 2>/dev/null); \
 	interrupted=; trap 'interrupted=1' INT TERM; \
 	gotestsum=$$($(GO) tool -n gotestsum) || exit 1; \
-	status=0; MEDIAQUAL_REPORT_DIR=$(abspath $(REPORT_DIR)).new $$gotestsum --format testname \
-		--junitfile $$new/junit.xml -- -count=1 -timeout 30m -run '$(QUALIFY_RUN)' . || status=$$?; \
+	status=0; MEDIAQUAL_REPORT_DIR=$(abspath $(REPORT_DIR)) $$gotestsum --format testname \
+		--junitfile $$junit -- -count=1 -timeout 30m -run '$(QUALIFY_RUN)' . || status=$$?; \
 	echo; \
-	if [ -f $$new/results.json ]; then \
-		rm -rf $$out.old; { [ ! -e $$out ] || mv $$out $$out.old; } && mv $$new $$out && rm -rf $$out.old; \
+	after=$$(stat -c %i $$out 2>/dev/null); \
+	if [ -n "$$after" ] && [ "$$after" != "$$before" ] && [ -f $$out/results.json ]; then \
+		mv $$junit $$out/junit.xml; \
 		if grep -q '"interrupted":' $$out/results.json; then \
 			echo "results of an INTERRUPTED run (partial, marked so): $$out/index.html  $$out/results.md  $$out/results.json  $$out/junit.xml"; \
 		else echo "results: $$out/index.html  $$out/results.md  $$out/results.json  $$out/junit.xml"; fi; \
 	else \
-		rm -rf $$new; echo "no results: the run ended before writing a report; $$out is the previous run's, unchanged"; \
+		rm -f $$junit; echo "no results: the run ended before writing a report; $$out is the previous run's, unchanged"; \
 	fi; \
 	if [ -n "$$interrupted" ] && [ $$status = 0 ]; then status=130; fi; \
 	exit $$status

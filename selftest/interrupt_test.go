@@ -195,6 +195,12 @@ func TestMakeQualifyInterrupted(t *testing.T) {
 		var rep reports.Report
 		require.NoError(t, json.Unmarshal(b, &rep))
 		assert.Equal(t, "interrupt signal", rep.Interrupted)
+		require.NotEmpty(t, rep.Rows)
+		for _, r := range rep.Rows {
+			if r.Checkpoint == "ref-t2v" { // its AIPerf ran: the command names where its files are now
+				assert.Contains(t, r.AIPerfCommand, "--artifact-dir "+out+"/cases/ref-t2v/", "the report's AIPerf command")
+			}
+		}
 		junit, err := os.ReadFile(filepath.Join(out, "junit.xml"))
 		require.NoError(t, err)
 		assert.Contains(t, string(junit), "TestRef_t2v", "this run's junit.xml, beside its report")
@@ -246,4 +252,7 @@ func TestExcludedRowsAreSkips(t *testing.T) {
 		assert.NotContains(t, string(out), "--- PASS: "+name+" ")
 		assert.Contains(t, string(out), "excluded by the inventory, nothing qualified: "+strings.SplitN(row.Note, "\n", 2)[0], row.Checkpoint)
 	}
+	// The stages' lines say what they established, without one file:line before them all.
+	assert.Contains(t, string(out), "excluded by the inventory")
+	assert.NotRegexp(t, `qualify\.go:\d+:`, string(out))
 }

@@ -401,6 +401,9 @@ func correlationID(r *http.Request) string {
 
 // reject answers with an error envelope and records the refusal in the ledger.
 func (s *Server) reject(w http.ResponseWriter, r *http.Request, route, model string, e *apiError) {
+	if e.Status == http.StatusTooManyRequests && w.Header().Get("Retry-After") == "" {
+		w.Header().Set("Retry-After", "1")
+	}
 	writeError(w, e)
 	s.ledger.write(LedgerEntry{
 		Event: "rejected", RequestID: requestID(r), CorrelationID: correlationID(r),

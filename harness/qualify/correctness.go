@@ -108,11 +108,8 @@ func (c *caseRun) correctness(b bundleFacts) (nativeOutputs, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	inProcess := c.Config.Mediaserve == "" && c.Entry.NewTask != nil && c.Entry.Bundle == ""
-	if c.Config.Mediaserve == "" && !inProcess {
-		return nil, "", notCompared{"no native path here (Config.Mediaserve is empty); " + c.servedAgainstReferences()}
-	}
-	if why := bundle.Missing(c.Entry); why != "" && c.Config.Target.External() {
+	inProcess := c.inProcessNative()
+	if why := c.noNativePath(); why != "" {
 		return nil, "", notCompared{"no native path here: " + why + "; " + c.servedAgainstReferences()}
 	}
 	bundleHashed := func() (string, error) { return "", nil }

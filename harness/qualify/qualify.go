@@ -17,6 +17,13 @@
 //		t.Log(row.Outcome)
 //	}
 //
+// Config.Mediaserve is the mediaserve binary: the server launched when no endpoint is set, and
+// the native path (`mediaserve task`) identity compares with. Build it with
+// `go build -o bin/mediaserve ./cmd/mediaserve` in a clone, or from another module with
+// `go build -o mediaserve github.com/mediaqual/mediaqual/cmd/mediaserve` (launch.BuildMediaserve
+// does the former); FromEnv takes MEDIAQUAL_MEDIASERVE for a prebuilt one. The example's Root "."
+// suits rows of one's own; mediaqual's rows need its module root (Config.Root).
+//
 // Nothing here knows a model: thresholds come from the row (models/spec), checks from
 // harness/check.
 package qualify
@@ -71,9 +78,6 @@ func (n notCompared) Error() string { return "not run: " + n.Why }
 
 // Run qualifies entry against cfg's target, running each stage of Stages(entry) as a
 // subtest, and returns the result row. A failed stage fails t, and the row's outcome.
-// (row is the named result so that what the deferred function settles, the outcome above all,
-// is what Run returns: with an unnamed one, `return row` copied the row before it ran, and
-// rows whose stages failed were reported "passed".)
 func Run(t *testing.T, entry spec.Entry, cfg Config) (row reports.Row) {
 	return RunContext(context.Background(), t, entry, cfg)
 }
@@ -83,6 +87,8 @@ func Run(t *testing.T, entry spec.Entry, cfg Config) (row reports.Row) {
 // recorded as not run, a launched server is stopped, and the row's outcome is
 // reports.Interrupted, so that an interrupted run's report says what did and did not run.
 func RunContext(ctx context.Context, t *testing.T, entry spec.Entry, cfg Config) (row reports.Row) {
+	// row is named so that what the deferred function settles (the outcome above all) is
+	// what is returned.
 	start := time.Now()
 	if cfg.Target.Profile.Name == "" {
 		cfg.Target.Profile = wire.Mediaserve
@@ -140,7 +146,13 @@ func (c *caseRun) runStages() {
 		var fn func() (string, error)
 		switch name {
 		case StageInventory:
-			fn = func() (s string, err error) { bundle, s, err = c.inventory(); return }
+			fn = func() (s string, err error) {
+				if err := c.Config.RootHolds(c.Entry); err != nil {
+					return "", err
+				}
+				bundle, s, err = c.inventory()
+				return
+			}
 		case StageCorrectness:
 			fn = func() (s string, err error) { native, s, err = c.correctness(bundle); return }
 		case StageServe:
@@ -180,19 +192,22 @@ func (c *caseRun) stage(name string, fn func() (string, error)) bool {
 	ok := c.T.Run(name, func(t *testing.T) {
 		summary, err := fn()
 		err = c.deadline(name, err)
+		// logf and SkipNow/FailNow, not t.Skip/Fatal, which put this file's line first.
 		var nc notCompared
 		if errors.As(err, &nc) {
 			msg, skipped = nc.Error(), true
 			c.limit(spec.Implemented, name+" "+msg)
-			t.Skip(msg)
+			logf(t, "%s", msg)
+			t.SkipNow()
 		}
 		if err != nil {
 			msg, failed = err.Error(), check.Names(err)
-			t.Fatal(err)
+			logf(t, "%s", msg)
+			t.FailNow()
 		}
 		msg = summary
 		if summary != "" {
-			t.Log(summary)
+			logf(t, "%s", summary)
 		}
 	})
 	st := reports.Stage{Name: name, Passed: ok && !skipped, NotRun: skipped, Message: msg, Checks: failed}
@@ -207,10 +222,10 @@ func (c *caseRun) stage(name string, fn func() (string, error)) bool {
 // report, which a run need not ask for): its findings, its limits and what it earned.
 func report(t *testing.T, row reports.Row) {
 	for _, f := range row.Findings {
-		t.Logf("finding: %s", f)
+		logf(t, "finding: %s", f)
 	}
 	for _, l := range row.Limits {
-		t.Logf("limit: at most %s: %s", l.Ceiling, l.Why)
+		logf(t, "limit: at most %s: %s", l.Ceiling, l.Why)
 	}
 	earned := string(row.Earned)
 	switch {
@@ -220,7 +235,13 @@ func report(t *testing.T, row reports.Row) {
 	default:
 		earned = "nothing (" + row.Label + ")"
 	}
-	t.Logf("outcome: %s; earned: %s", row.Outcome, earned)
+	logf(t, "outcome: %s; earned: %s", row.Outcome, earned)
+}
+
+// logf is t.Logf without the file:line t.Logf puts first, which for the qualification's lines
+// is the same few lines of this package every time.
+func logf(t *testing.T, format string, args ...any) {
+	fmt.Fprintf(t.Output(), format+"\n", args...)
 }
 
 // interrupted is why the run was interrupted, or nil while it was not: the cause of the run's

@@ -272,7 +272,12 @@ func (c *caseRun) picture(kind, title, name string, img image.Image) error {
 	if err != nil {
 		return err
 	}
-	c.Row.Pictures = append(c.Row.Pictures, reports.Picture{Kind: kind, Title: title, Path: filepath.ToSlash(rel)})
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return err
+	}
+	// Source: a report written elsewhere than ReportDir (reports.WriteFiles) copies it along.
+	c.Row.Pictures = append(c.Row.Pictures, reports.Picture{Kind: kind, Title: title, Path: filepath.ToSlash(rel), Source: abs})
 	return nil
 }
 
