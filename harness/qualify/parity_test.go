@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mediaqual/mediaqual/harness/check"
+	"github.com/mediaqual/mediaqual/harness/check/checktest"
 	"github.com/mediaqual/mediaqual/models/spec"
 )
 
@@ -57,6 +58,7 @@ func TestParityIsReadFromTheFigures(t *testing.T) {
 			err := checkParity(p, "regional-compile-fused", "ulysses-2")
 			require.Error(t, err)
 			assert.Equal(t, []string{"parity"}, check.Names(err))
+			checktest.Failed(t, err, "parity")
 			assert.Contains(t, err.Error(), c.want)
 			assert.Contains(t, err.Error(), "engine regional-compile-fused, layout ulysses-2")
 			assert.Contains(t, err.Error(), "to fp32, served (eager bf16) / bound: cond ", "the figures")
