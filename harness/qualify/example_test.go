@@ -26,7 +26,7 @@ func ExampleRun() {
 		if os.Getenv(qualify.EnvEndpoint) == "" {
 			t.Skip("set MEDIAQUAL_ENDPOINT to the server to qualify")
 		}
-		cfg, err := qualify.FromEnv(".", "") // no mediaserve here: identity is "not compared"
+		cfg, err := qualify.FromEnv(".", "") // no mediaserve here: identity runs against the in-process native path for a Go row
 		if err != nil {
 			t.Fatal(err)
 		}
