@@ -18,8 +18,9 @@ import (
 // which the server shares.
 type Config struct {
 	// Mediaserve is the mediaserve binary: the target when no endpoint is given, and its
-	// `mediaserve task` is the native path. Empty: no native path here (identity is then
-	// "not compared" unless the bundle carries reference outputs). Build it with
+	// `mediaserve task` is the native path. Empty: the suite runs a Go row's Task itself (the
+	// reference families); a GPU row has no native path here (correctness and identity "not
+	// run"; its served outputs are held to the bundle's reference outputs, if any). Build it with
 	// `go build -o mediaserve github.com/mediaqual/mediaqual/cmd/mediaserve`.
 	Mediaserve string
 	// Root is mediaqual's module root: a row's goldens, a worker's script, reports/published

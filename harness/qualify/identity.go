@@ -15,7 +15,7 @@ func (c *caseRun) inProcessNative() bool {
 }
 
 // identity is the stage "identity": every served artifact equals the native artifact for the
-// same inputs, bytes and decoded frames. Without a native path it is not compared.
+// same inputs, bytes and decoded frames. Without a native path it does not run.
 func (c *caseRun) identity(native nativeOutputs, a artifactSet) (string, error) {
 	if len(a.Served) == 0 || a.Served[0].Path == "" {
 		return "", errors.New("no served artifacts: the artifacts stage failed")

@@ -28,8 +28,8 @@ func (c *caseRun) inventory() (bundleFacts, string, error) {
 	revision := ""
 	if e.GPU != nil && c.Config.Target.External() && bundle.Missing(e) != "" {
 		// The endpoint serves its own weights: nothing here loads them, and correctness and
-		// identity, which would need them, are "not compared".
-		revision = "; no local bundle (" + bundle.Missing(e) + "): the endpoint's weights are its own, correctness and identity are not compared"
+		// identity, which would need them, do not run.
+		revision = "; no local bundle (" + bundle.Missing(e) + "): the endpoint's weights are its own, correctness and identity do not run"
 	} else if e.GPU != nil {
 		if why := bundle.Missing(e); why != "" {
 			return b, "", check.Fail("gpu-environment", "%s", why)

@@ -404,7 +404,7 @@ func TestTaskSpeedAndEncodeQuality(t *testing.T) {
 }
 
 // An endpoint qualified for a GPU row needs no bundle here (docs/EXTERNAL.md): inventory
-// passes saying so, correctness and identity are "not compared", each recorded as not passed
+// passes saying so, correctness and identity are "not run", each recorded as not passed
 // and capping the row at implemented. Before, inventory failed check gpu-environment asking
 // for MEDIAQUAL_BUNDLES.
 func TestEndpointGPURowNeedsNoLocalBundle(t *testing.T) {
