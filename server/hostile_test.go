@@ -434,6 +434,20 @@ func TestAuthAndPublicURL(t *testing.T) {
 		return v["status"] == "completed"
 	}, 10*time.Second, 10*time.Millisecond)
 	assert.Equal(t, "https://media.example:8443/v1/videos/"+id+"/content", v["url"])
+
+	// Without PublicURL: the address the connection reached, still not Host.
+	e = start(t, server.Config{})
+	body, ct = multipartBody(t, map[string]string{"model": "ref-t2v", "prompt": "p", "size": "160x96", "num_frames": "5", "num_inference_steps": "1"})
+	req, err = http.NewRequest("POST", e.http.URL+"/v1/videos", body)
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", ct)
+	req.Host = "evil.example"
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+	id = e.do(t, "GET", "/v1/videos", "", nil).json(t)["data"].([]any)[0].(map[string]any)["id"].(string)
+	assert.Equal(t, e.http.URL+"/v1/videos/"+id+"/content", e.waitVideo(t, id)["url"])
 }
 
 // negative_prompt is bounded like prompt (30 MiB were accepted, answered in every poll and

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -63,12 +62,4 @@ func TestFailedStartLeavesNoLedger(t *testing.T) {
 	code, out = runCLI("-port", "0", "-model", "ref-t2v", "-fault", "load-fails", "-ledger", ledger)
 	require.Equal(t, 1, code, out)
 	assert.FileExists(t, ledger, "a ledger the server did not create is left alone")
-}
-
-// Artifact URLs name the listening address, or the machine for a wildcard one.
-func TestPublicURLDefault(t *testing.T) {
-	assert.Equal(t, "http://127.0.0.1:8000", publicURL(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8000}))
-	name, err := os.Hostname()
-	require.NoError(t, err)
-	assert.Equal(t, "http://"+net.JoinHostPort(name, "9000"), publicURL(&net.TCPAddr{IP: net.IPv4zero, Port: 9000}))
 }
