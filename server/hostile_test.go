@@ -6,6 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"image"
+	"image/png"
+	"math/rand/v2"
 	"io"
 	"net"
 	"net/http"
@@ -185,6 +188,41 @@ func TestSlowUploads(t *testing.T) {
 		}
 	}
 	assert.Equal(t, len(conns), n, "each timed-out request has its rejected line")
+
+	// A real upload above the rate goes through, however long past the grace it takes.
+	noise := image.NewRGBA(image.Rect(0, 0, 128, 128))
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := range noise.Pix {
+		noise.Pix[i] = byte(r.Uint32()) | 1 // incompressible (alpha too): about 64 KB of PNG
+	}
+	var ref bytes.Buffer
+	require.NoError(t, png.Encode(&ref, noise))
+	body, ct := multipartBody(t, map[string]string{"model": "ref-edit", "prompt": "invert the colours", "size": "auto"},
+		part{"image", "ref.png", ref.Bytes()})
+	b, err := io.ReadAll(body)
+	require.NoError(t, err)
+	start := time.Now()
+	status, answer := postRaw(e.http.URL+"/v1/images/edits", ct, &paced{b: b, perRead: 4 << 10, every: 40 * time.Millisecond})
+	t.Logf("a %d KB upload at about 100 KiB/s: %d after %v", len(b)>>10, status, time.Since(start).Round(time.Millisecond))
+	assert.Equal(t, 200, status, "%s", answer)
+	assert.Greater(t, time.Since(start), 300*time.Millisecond, "the upload outlasted the grace")
+}
+
+// paced is a body that gives perRead bytes a read, one read every every.
+type paced struct {
+	b       []byte
+	perRead int
+	every   time.Duration
+}
+
+func (p *paced) Read(b []byte) (int, error) {
+	if len(p.b) == 0 {
+		return 0, io.EOF
+	}
+	time.Sleep(p.every)
+	n := copy(b[:min(len(b), p.perRead)], p.b)
+	p.b = p.b[n:]
+	return n, nil
 }
 
 // Idle keep-alive connections are closed after IdleTimeout, and at MaxConns the oldest idle

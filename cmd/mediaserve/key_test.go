@@ -51,6 +51,17 @@ func TestKeyLeavesTheEnvironment(t *testing.T) {
 	assert.ErrorContains(t, err, "first line is empty")
 }
 
+// Nor does a server log it: one that starts (and stops: its load fails) with the key from a
+// file, its log and usage captured.
+func TestKeyNotLogged(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "key")
+	require.NoError(t, os.WriteFile(file, []byte(testKey), 0o600))
+	_, out := runCLI("-port", "0", "-model", "ref-t2v", "-fault", "load-fails", "-api-key-file", file, "-ledger", filepath.Join(dir, "l"))
+	assert.Contains(t, out, "load")
+	assert.NotContains(t, out, testKey)
+}
+
 // A mediaserve that fails to start leaves no empty ledger file; one that was there stays.
 func TestFailedStartLeavesNoLedger(t *testing.T) {
 	ledger := filepath.Join(t.TempDir(), "ledger.jsonl")
