@@ -36,7 +36,7 @@ func TestAttacksOnMediaserve(t *testing.T) {
 	}
 	bin := os.Getenv("MEDIASERVE_ATTACK_BIN")
 	if bin == "" {
-		bin = buildMediaserve(t, t.TempDir())
+		bin = buildMediaserve(t)
 	}
 	bomb, err := os.ReadFile("testdata/bomb-4096-progressive-cmyk.jpg")
 	require.NoError(t, err)
