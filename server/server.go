@@ -192,6 +192,10 @@ func New(cfg Config) (*Server, error) {
 	if !cfg.KeepArtifacts {
 		s.sweepOrphans()
 	}
+	if s.ledger.full() { // an appended ledger counts its earlier runs' lines
+		s.log.Warn("the ledger is already at its size limit: no job will be accepted until it is moved away or the limit raised",
+			"limit", cfg.MaxLedgerBytes)
+	}
 	return s, nil
 }
 
