@@ -473,6 +473,9 @@ func TestAuthAndPublicURL(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond)
 	assert.Equal(t, "https://media.example:8443/v1/videos/"+id+"/content", v["url"])
 
+	_, err = server.New(server.Config{Models: referenceModels(t), ArtifactDir: t.TempDir(), PublicURL: "media.example:8443"})
+	assert.ErrorContains(t, err, "not an http:// or https:// URL")
+
 	// Without PublicURL: the address the connection reached, still not Host.
 	e = start(t, server.Config{})
 	body, ct = multipartBody(t, map[string]string{"model": "ref-t2v", "prompt": "p", "size": "160x96", "num_frames": "5", "num_inference_steps": "1"})

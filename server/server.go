@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -155,6 +156,9 @@ func New(cfg Config) (*Server, error) {
 		cfg.IdleTimeout = 30 * time.Second
 	}
 	cfg.PublicURL = strings.TrimRight(cfg.PublicURL, "/")
+	if u, err := url.Parse(cfg.PublicURL); cfg.PublicURL != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+		return nil, fmt.Errorf("server: PublicURL %q is not an http:// or https:// URL with a host", cfg.PublicURL)
+	}
 	if cfg.JanitorEvery <= 0 {
 		cfg.JanitorEvery = min(cfg.Lifetime/10, time.Minute)
 	}
