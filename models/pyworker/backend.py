@@ -236,6 +236,9 @@ class TorchBackend:
         setattr(owner, attr, self.cuda_graphs)
 
     cuda_graphs = None  # graphs.GraphedForward under regional-compile-graphs
+    parity_runs = None  # prepare's (reference, fp32) steps
+    undo_fault = None  # takes the injected fault out (faults.inject), for tests
+    rope = None  # (the transformer's rotary module's name, its tables' sequence dim), for faults.py
 
     def graphs(self):
         """(graphs torch.compile has made in this process, CUDA graphs recorded), (0, 0) for
@@ -253,42 +256,64 @@ class TorchBackend:
     def prepare(self, pipe, layout, engine, warmup_steps):
         """Layout, engine (None: the family has none to choose) and warm-up, with parity before
         ready (parity.py): the first step of the warm-up's call on the reference runtime (eager,
-        this device, nothing applied yet), in fp32 where it fits (the floor), then served after
-        the layout, the engine and a warm-up of warmup_steps (0: none) are in place; raises
-        parity.ParityError, naming the engine, layout and figure, when the served step is
-        outside the bound."""
-        from . import parity
+        this device, nothing applied yet), in fp32 block by block (the floor), then served after
+        the layout, a fault (faults.py, MEDIAQUAL_PARITY_FAULT, never set by default), the
+        engine and a warm-up of warmup_steps (0: none) are in place; raises
+        parity.ParityError, naming the engine, layout and figures, when the served step is
+        outside the bound. Eager on one device with no fault is the reference itself: no
+        served step, and the figures say so."""
+        from . import faults, parity
 
-        torch = self.torch
-        probe = parity.StepProbe(pipe)
-
-        def step(what):
-            t0 = time.perf_counter()
-            with torch.inference_mode():
-                got = probe.run(self.run_pipe, self.warmup_kwargs(2))
-            self.synchronize()
-            self.log("parity: %s step took %.1f s" % (what, time.perf_counter() - t0))
-            return got
-
-        reference = step("reference (eager bf16)")
-        fp32 = None
-        fits, why = parity.fp32_fits(pipe.transformer, self.device, torch)
-        if fits:
-            with parity.FP32(pipe.transformer, torch):
-                fp32 = step("fp32 floor")
-            self.recover()
+        fault = faults.from_env()
+        reference, fp32 = self.parity_runs = self.parity_reference(pipe)
         if layout:
             self.apply_layout(pipe, layout)
+        if fault:
+            self.undo_fault = faults.inject(fault, self, pipe, self.torch)
+            self.log("parity: fault %s injected (%s)" % (fault, faults.ENV))
         if engine is not None:  # None: a family with no engines to choose (MiniMax-H3), eager
             self.apply_engine(pipe, engine)
         if warmup_steps > 0:
             self.warmup(warmup_steps)
         if self.engine and self.engine.startswith("regional-compile"):
             self.keep_compiled_shapes()
-        served = step("served (engine %s, layout %s)" % (self.engine or "eager", layout or "single"))
-        self.parity = parity.figures(reference, served, fp32, why)
-        self.log(parity.summary(self.parity))
+        self.parity = self.parity_served(pipe, reference, fp32, fault)
         parity.verdict(self.parity, self.engine or "eager", layout)
+
+    def parity_step(self, pipe, what):
+        """StepProbe.run of the warm-up's call, timed in the log."""
+        from . import parallel, parity
+
+        t0 = time.perf_counter()
+        with self.torch.inference_mode():
+            got = parity.StepProbe(pipe, isinstance(self.cfg_parallel, parallel.Branches)).run(self.run_pipe, self.warmup_kwargs(2))
+        self.synchronize()
+        self.log("parity: %s step took %.1f s" % (what, time.perf_counter() - t0))
+        return got
+
+    def parity_reference(self, pipe):
+        """The reference runtime's step and the fp32 floor's, before anything is applied."""
+        from . import parity
+
+        reference = self.parity_step(pipe, "reference (eager bf16)")
+        with parity.FP32(pipe.transformer, self.torch):
+            fp32 = self.parity_step(pipe, "fp32 floor (block by block)")
+        self.recover()
+        return reference, fp32
+
+    def parity_served(self, pipe, reference, fp32, fault=None):
+        """parity.figures of the runtime now in place, logged; with no layout, the eager
+        engine and no fault it is the reference, and no step runs."""
+        from . import parity
+
+        engine, layout = self.engine or "eager", self.layout or "single"
+        if engine == "eager" and layout == "single" and not fault:
+            served = None
+        else:
+            served = self.parity_step(pipe, "served (engine %s, layout %s%s)" % (engine, layout, ", fault " + fault if fault else ""))
+        fig = parity.figures(reference, served, fp32, "engine %s, layout %s" % (engine, layout) if served is not None else "", fault)
+        self.log(parity.summary(fig))
+        return fig
 
     def keep_compiled_shapes(self):
         """After a compiling engine's warm-up: what the warm-up compiled is what runs compiled,
@@ -345,7 +370,10 @@ class TorchBackend:
             # accelerate is not optional: without it diffusers loads with low_cpu_mem_usage=False,
             # which it refuses for models with fp32-kept modules in a bf16 load.
             if importlib.util.find_spec(mod) is None:
-                raise RuntimeError("python module %r is not installed (see docs/DEVICE-KIT.md for the device kit)" % mod)
+                raise RuntimeError(
+                    "python module %r is not installed: a GPU host needs torch, torchvision, diffusers, "
+                    'transformers and accelerate (README.md, "On a GPU host")' % mod
+                )
         for mod, why in needs:
             if importlib.util.find_spec(mod) is None:
                 raise RuntimeError("python module %r is not installed: %s" % (mod, why))

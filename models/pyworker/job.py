@@ -6,7 +6,7 @@ import math
 import os
 import sys
 
-from . import pngdecode, ranks
+from . import ranks
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
@@ -152,10 +152,10 @@ def reference_of(msg):
 
 def open_reference(ref):
     """The uploaded reference as an RGB Pillow image, decoded by its content (PNG, JPEG,
-    WebP; a PNG's inflate on a second core, pngdecode). OSError when it cannot be read or
-    decoded."""
-    with open(ref, "rb") as f:
-        data = f.read()
-    im = pngdecode.decode(data, logger("reference"))
-    # An RGB upload (the common case) as decoded: convert would copy it (about 4 ms for 1024²).
-    return im if im.mode == "RGB" else im.convert("RGB")
+    WebP) by Pillow. OSError when it cannot be read or decoded."""
+    from PIL import Image
+
+    with Image.open(ref) as im:
+        im.load()
+        # An RGB upload (the common case) as decoded: convert would copy it (about 4 ms for 1024²).
+        return im if im.mode == "RGB" else im.convert("RGB")

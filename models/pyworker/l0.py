@@ -10,6 +10,13 @@ import json
 # like the rest, they decode every latent to flat grey).
 INIT_STD = 0.02
 
+# Self-attention's q/k RMS-norm weights are set to this gain instead (models/<family>/build_l0.py):
+# drawn like the rest (about 0.02) they make every logit about 0, attention a uniform average,
+# and a runtime that attends over the wrong tokens or positions (a lost all-to-all, shifted
+# rotary positions) computes nearly the same thing. Unit-RMS random q and k times the gain give
+# logits of standard deviation about its square: sharp, as a trained model's, so it shows.
+QK_NORM_GAIN = 2.0
+
 MARKER = "L0-RANDOM.txt"  # the file that marks a bundle as random weights
 
 # The word list the builders' made-in-code tokenizers are built from: enough of the fixture
@@ -36,6 +43,39 @@ BASE_WORDS = (
 def linear_params(i, o, bias=True):
     """Parameters of an i -> o linear layer."""
     return i * o + (o if bias else 0)
+
+
+def sharpen_attention(modules, norms, what):
+    """Sets the q/k norm weights (norms, attribute names) of each attention module to
+    QK_NORM_GAIN; returns the marker's note on it (what: which modules, in words)."""
+    n = 0
+    for m in modules:
+        for name in norms:
+            getattr(m, name).weight.data.fill_(QK_NORM_GAIN)
+            n += 1
+    if n == 0:
+        raise RuntimeError("no %s to sharpen" % what)
+    return ("Attention drawn sharp: the %d q/k RMS-norm weights (%s of %s) are %g, not N(0, %g), so that "
+            "attention over the wrong tokens or positions shows in parity." % (n, "/".join(norms), what, QK_NORM_GAIN, INIT_STD))
+
+
+def open_gates(tables, dim, what):
+    """Sets the residual gates of each (…, 6 * dim) modulation table (tables: tensors, their
+    last dim the six chunks shift, scale, gate of attention then of the feed-forward) to 1:
+    drawn like the rest, a gate of about 0.02 scales every attention's and feed-forward's
+    contribution to the stream down to the bf16 rounding of the rest, and no fault in them
+    shows. Returns the marker's note."""
+    for t in tables:
+        t.data[..., 2 * dim:3 * dim] = 1.0
+        t.data[..., 5 * dim:6 * dim] = 1.0
+    return "Residual gates open: the attention and feed-forward gates of %d modulation tables (%s) are 1." % (len(tables), what)
+
+
+def unit_norm(norm, what):
+    """A final norm's weight set to 1 (drawn, about 0.02, it shrinks the text encoder's output, and
+    with it the prompt's influence, to the bf16 rounding of the rest); returns the marker's note."""
+    norm.weight.data.fill_(1.0)
+    return "The %s's weight is 1, so that the prompt moves the prediction." % what
 
 
 def marker_text(checkpoint, builder, tiny, seed, init, sizes, notes=()):

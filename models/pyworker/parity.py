@@ -2,23 +2,23 @@
 (eager, this one device, before any layout or engine is applied) on one denoising step.
 
 At load, TorchBackend.prepare runs the first step of the warm-up's call (the row's pinned shape,
-seeded latents, both guidance branches, the scheduler step included) three times:
+seeded latents, both guidance branches, the scheduler step included):
   reference  eager bf16, before any layout or engine
-  fp32       the same with the transformer upcast to fp32 in place (and restored bit for bit
-             after: bf16 -> fp32 -> bf16 is exact), where it fits the device: the noise floor
-  served     after the layout and the engine are applied and warmed up
-Each run keeps the guided prediction the scheduler was handed (the transformer's output
-combined as the pipeline combines its branches) and the latents the scheduler made of it.
+  fp32       the same with the transformer in fp32, block by block (FP32): the noise floor,
+             measured on every card whatever its memory
+  served     after the layout and the engine are applied and warmed up; eager on one device
+             with no fault is the reference itself, and says so instead of comparing
+Each run keeps three quantities: the transformer's conditional prediction (its first call of
+the step, unguided), the guided prediction the scheduler was handed (the branches combined as
+the pipeline combines them) and the latents the scheduler made of it.
 
-The figures: rel_l2, the served prediction's relative L2 distance to the reference's; max_abs,
-the largest absolute difference of the latents after the step; with the floor, fp32_reference
-and fp32_served, each path's distance to the fp32 prediction (null without the floor, and
-no_fp32 says why). The bound (docs/GPU.md,
-"Parity"): a correct served runtime is another rounding of the same arithmetic, so it is no
-farther from fp32 than FLOOR_FACTOR times eager bf16's own distance (measured on the H200:
-eager 1.46 %, compiled 1.27 %, fused 1.25 % for Wan2.1); without the floor, rel_l2 must stay
-under NO_FLOOR_BOUND. A runtime that is wrong (attention over one rank's shard, a guidance
-branch lost) moves the prediction by tens of percent, far outside either.
+The bound: a correct served runtime is another rounding of the same arithmetic, so on each
+prediction it is no farther from fp32 than FLOOR_FACTOR times eager bf16's own distance, and
+its latents' largest difference from fp32's is within MAX_ABS_FACTOR times eager bf16's. The
+conditional prediction has the smallest floor (the guidance scale multiplies bf16 rounding in
+the guided one), so it sees the smallest faults; the guided one sees a guidance branch lost or
+duplicated, which leaves the conditional one as it was. A floor over its CEILING says the fp32
+reference itself is broken (finite garbage would otherwise widen the bound): refused.
 
 torch is imported by the caller; this module takes the torch module as an argument.
 """
@@ -26,9 +26,17 @@ torch is imported by the caller; this module takes the torch module as an argume
 import functools
 import logging
 
-FLOOR_FACTOR = 2.0
-NO_FLOOR_BOUND = 0.05  # about three times the largest eager-to-fp32 distance measured (1.46 %)
-FP32_MARGIN = 1.25  # the fp32 copy must fit the free memory with this much to spare
+FLOOR_FACTOR = 2.0  # a prediction's bound: this many times eager bf16's distance to fp32
+MAX_ABS_FACTOR = 4.0  # the latents' bound: a largest difference is noisier than an L2 norm
+# The largest eager-bf16-to-fp32 distance parity accepts as a floor. Measured on the H200
+# (docs/PERFORMANCE.md): guided 5.42 % (Wan2.1), 6.68 % (Wan2.2), 7.32 % (Qwen-Image-Edit);
+# unguided, one Wan2.1 forward, 1.46 %. About twice the largest guided one; for the conditional,
+# four times the unguided one, room for the L0 bundles' sharp attention and open gates (l0.py),
+# whose floors these runs measure. A broken fp32 path lands far above either.
+CEILING = {"cond": 0.06, "guided": 0.15}
+QUANTITIES = ("cond", "guided")
+REFERENCE = "eager, one device, before layout and engine"
+IS_REFERENCE = "is the reference"
 
 
 class ParityError(RuntimeError):
@@ -54,34 +62,58 @@ class _FirstStepTaken(Exception):
 
 
 class StepProbe:
-    """Keeps the first scheduler step of a pipeline call (its model_output and the latents it
-    returned) and ends the call there: a scheduler.step wrapper for the values, and an
-    exception from the step-end callback for the rest, as a cancelled job ends. Raising works
-    for every pipeline with a callback_on_step_end, a modular one included (MiniMax-H3's loop
-    calls it from the adapter's hook block but has no interrupt flag)."""
+    """Keeps the first scheduler step of a pipeline call (the transformer's first output, its
+    model_output and the latents it returned) and ends the call there: a forward wrapper and a
+    scheduler.step wrapper for the values, and an exception from the step-end callback for the
+    rest, as a cancelled job ends. Raising works for every pipeline with a
+    callback_on_step_end, a modular one included (MiniMax-H3's loop calls it from the adapter's
+    hook block but has no interrupt flag).
 
-    def __init__(self, pipe):
+    deferred: the layout fills a step's outputs only once both branches' calls are in
+    (parallel.Branches: cfg-2 hands back a placeholder from the first call), so the first
+    output is read again after the second call. Otherwise it is copied at once (a CUDA graph
+    replays into the same output buffer for the second call)."""
+
+    def __init__(self, pipe, deferred=False):
         self.pipe = pipe
+        self.deferred = deferred
         self.got = None
 
     def run(self, call, kwargs):
-        """call(**kwargs) with this probe's hooks; returns (prediction, latents) of the first
-        step, in fp32 on the device."""
-        sched = self.pipe.scheduler
+        """call(**kwargs) with this probe's hooks; returns {"cond", "guided", "latents"} of the
+        first step, in fp32 on the device."""
+        sched, model = self.pipe.scheduler, self.pipe.transformer
         step = sched.step
+        own_forward = vars(model).get("forward")  # a layout's or an engine's, if any
+        forward = model.forward
         self.got = None
+        first = {"calls": 0, "out": None, "copy": None}
+
+        @functools.wraps(forward)
+        def counted(*args, **kw):
+            out = forward(*args, **kw)
+            if self.got is None:
+                first["calls"] += 1
+                t = out[0] if isinstance(out, tuple) else out.sample
+                if first["calls"] == 1:
+                    first["out"], first["copy"] = t, t.float().clone()
+                elif first["calls"] == 2 and self.deferred:
+                    first["copy"] = first["out"].float().clone()
+            return out
 
         def first_step(model_output, timestep, sample, *args, **kw):
             out = step(model_output, timestep, sample, *args, **kw)
             if self.got is None:
                 latents = out[0] if isinstance(out, tuple) else out.prev_sample
-                self.got = (model_output.float().clone(), latents.float().clone())
+                cond = first["copy"] if first["copy"] is not None else model_output.float().clone()
+                self.got = {"cond": cond, "guided": model_output.float().clone(), "latents": latents.float().clone()}
             return out
 
         def stop(p, i, t, cb_kwargs):
             raise _FirstStepTaken()
 
         sched.step = first_step
+        model.forward = counted
         # A modular pipeline logs every exception through its blocks, with tracebacks, as an
         # error: not this deliberate one.
         modular = logging.getLogger("diffusers.modular_pipelines")
@@ -94,26 +126,64 @@ class StepProbe:
         finally:
             modular.setLevel(level)
             del sched.step  # the instance attribute goes; the class's method is back
+            if own_forward is None:
+                del model.forward
+            else:
+                model.forward = own_forward
         if self.got is None:
             raise ParityError("parity: the pipeline call made no scheduler step")
         return self.got
 
 
 class FP32:
-    """The transformer upcast to fp32 in place for the duration of a with block, its floating
-    inputs cast to fp32 (pipelines hand it bf16 embeddings); every parameter and buffer gets its
-    own dtype back after (bf16 -> fp32 -> bf16 is exact, fp32-kept modules stay fp32)."""
+    """The transformer in fp32 for the duration of a with block, on any card: its repeated
+    blocks (the model's _repeated_blocks, diffusers' own list for regional compiling) are
+    upcast one at a time, each just before its forward and back just after, and the rest in
+    place for the whole block, so the fp32 weights held at once are one block's and the
+    small rest. Floating inputs are cast to fp32 (pipelines hand it bf16 embeddings). Every
+    parameter and buffer gets its own dtype back after (bf16 -> fp32 -> bf16 is exact,
+    fp32-kept modules stay fp32)."""
 
     def __init__(self, transformer, torch):
         self.model, self.torch = transformer, torch
 
+    def _upcast(self, tensors):
+        kept = []
+        for t in tensors:
+            if t.is_floating_point() and t.dtype != self.torch.float32:
+                kept.append((t, t.dtype))
+                t.data = t.data.float()
+        return kept
+
+    @staticmethod
+    def _restore(kept):
+        for t, dtype in kept:
+            t.data = t.data.to(dtype)
+
+    def blocks(self):
+        names = set(getattr(self.model, "_repeated_blocks", None) or ())
+        return [m for m in self.model.modules() if type(m).__name__ in names]
+
     def __enter__(self):
         torch = self.torch
-        self.dtypes = []
-        for t in list(self.model.parameters()) + list(self.model.buffers()):
-            self.dtypes.append((t, t.dtype))
-            if t.is_floating_point():
-                t.data = t.data.float()
+        blocks = self.blocks()
+        inside = {id(t) for b in blocks for t in list(b.parameters()) + list(b.buffers())}
+        rest = [t for t in list(self.model.parameters()) + list(self.model.buffers()) if id(t) not in inside]
+        self.kept = self._upcast(rest)
+        self.hooks = []
+        for b in blocks:
+            held = {}
+            tensors = list(b.parameters()) + list(b.buffers())
+
+            def before(module, args, held=held, tensors=tensors):
+                held["kept"] = self._upcast(tensors)
+
+            def after(module, args, out, held=held):
+                self._restore(held.pop("kept", []))
+
+            self.hooks.append(b.register_forward_pre_hook(before))
+            self.hooks.append(b.register_forward_hook(after))
+        self.own_forward = vars(self.model).get("forward")
         forward = self.model.forward
 
         # wraps: inspect.signature(forward) stays the model's (MiniMax-H3's denoiser passes only
@@ -127,75 +197,88 @@ class FP32:
         return self
 
     def __exit__(self, *exc):
-        del self.model.forward
-        for t, dtype in self.dtypes:
-            if t.dtype != dtype:
-                t.data = t.data.to(dtype)
+        if self.own_forward is None:
+            del self.model.forward
+        else:
+            self.model.forward = self.own_forward
+        for h in self.hooks:
+            h.remove()
+        self._restore(self.kept)
         return False
 
 
-def fp32_fits(transformer, device, torch):
-    """(fits, why): whether an fp32 copy of the transformer's bf16 weights fits the device's
-    free memory now (the bf16 tensors are freed as each is upcast, so the extra is their size
-    again), with FP32_MARGIN to spare."""
-    tensors = list(transformer.parameters()) + list(transformer.buffers())
-    extra = sum(t.numel() * 2 for t in tensors if t.dtype in (torch.bfloat16, torch.float16))
-    device = torch.device(device)
-    away = {str(t.device) for t in tensors if t.device.type != device.type}
-    if away:
-        # Offloaded (MiniMax-H3's auto offload keeps it on the host between calls): the upcast
-        # would double it where it lives, in host memory.
-        return False, "the transformer is offloaded to %s, not on %s" % (", ".join(sorted(away)), device)
-    if device.type != "cuda":
-        return True, ""
-    free, _ = torch.cuda.mem_get_info(device)
-    free += torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
-    if extra * FP32_MARGIN > free:
-        return False, "the fp32 transformer needs %.1f GiB more (%.1f with the %.2fx margin for the step), %.1f GiB free" % (
-            extra / 2**30, extra * FP32_MARGIN / 2**30, FP32_MARGIN, free / 2**30)
-    return True, ""
+def _distances(runs, a, b):
+    """{quantity: relative L2 of runs[a] to runs[b]} and the latents' max abs difference."""
+    out = {q: relative_l2(runs[a][q], runs[b][q]) for q in QUANTITIES}
+    out["max_abs"] = max_abs(runs[a]["latents"], runs[b]["latents"])
+    return out
 
 
-def figures(reference, served, fp32=None, fp32_why=""):
-    """The parity figures and verdict of served against reference (each (prediction, latents)),
-    with the fp32 floor where it was measured."""
-    out = {
-        "reference": "eager, one device, before layout and engine",
-        "rel_l2": relative_l2(served[0], reference[0]),
-        "max_abs": max_abs(served[1], reference[1]),
-    }
-    if fp32 is not None:
-        out["fp32_reference"] = relative_l2(reference[0], fp32[0])
-        out["fp32_served"] = relative_l2(served[0], fp32[0])
-        out["bound"] = FLOOR_FACTOR * out["fp32_reference"]
-        out["bound_of"] = "fp32_served <= %g x fp32_reference" % FLOOR_FACTOR
-        passed = out["fp32_served"] <= out["bound"]
+def figures(reference, served, fp32, served_as="", fault=None):
+    """The parity figures and verdict of served against reference, each StepProbe.run's dict,
+    with fp32 the floor; served None: the served runtime is the reference itself (eager, one
+    device), which says so instead of a 0. served_as names it; fault, an injected wrong
+    runtime (faults.py), is reported with the figures."""
+    floor = _distances({"r": reference, "f": fp32}, "r", "f")
+    out = {"reference": REFERENCE, "served": served_as or IS_REFERENCE}
+    if fault:
+        out["fault"] = fault
+    if served is None:
+        out["served"] = IS_REFERENCE
+        out["rel_l2"] = out["cond_rel_l2"] = out["max_abs"] = None
+        far = floor
     else:
-        out["fp32_reference"] = out["fp32_served"] = None
-        out["no_fp32"] = fp32_why
-        out["bound"] = NO_FLOOR_BOUND
-        out["bound_of"] = "rel_l2 <= %g (no fp32 floor: %s)" % (NO_FLOOR_BOUND, fp32_why)
-        passed = out["rel_l2"] <= NO_FLOOR_BOUND
-    out["passed"] = bool(passed)  # False for NaN too: every comparison with NaN is false
+        near = _distances({"s": served, "r": reference}, "s", "r")
+        out["rel_l2"], out["cond_rel_l2"], out["max_abs"] = near["guided"], near["cond"], near["max_abs"]
+        far = _distances({"s": served, "f": fp32}, "s", "f")
+    failed = []
+    for q, key in (("guided", ""), ("cond", "cond_")):
+        out[key + "fp32_reference"] = floor[q]
+        out[key + "fp32_served"] = far[q]
+        out[key + "bound"] = FLOOR_FACTOR * floor[q]
+        out[key + "ceiling"] = CEILING[q]
+        if not floor[q] <= CEILING[q]:  # NaN fails too
+            failed.append("the %s prediction's floor %.4g is over its ceiling %.4g: the fp32 reference is broken" % (q, floor[q], CEILING[q]))
+        elif not far[q] <= out[key + "bound"]:
+            failed.append("its %s prediction is %.4g from fp32, eager bf16's is %.4g: over the bound %.4g" % (
+                q, far[q], floor[q], out[key + "bound"]))
+    out["max_abs_fp32_reference"] = floor["max_abs"]
+    out["max_abs_fp32_served"] = far["max_abs"]
+    out["max_abs_bound"] = MAX_ABS_FACTOR * floor["max_abs"]
+    if not far["max_abs"] <= out["max_abs_bound"]:
+        failed.append("its latents are up to %.4g from fp32's, eager bf16's up to %.4g: over the bound %.4g" % (
+            far["max_abs"], floor["max_abs"], out["max_abs_bound"]))
+    out["bound_of"] = ("to fp32, each prediction <= %g x eager bf16's distance (floor under its ceiling) and the "
+                       "latents' max abs <= %g x eager bf16's" % (FLOOR_FACTOR, MAX_ABS_FACTOR))
+    out["passed"] = not failed  # False for NaN too: every comparison with NaN is false
+    if failed:
+        out["failed"] = failed
     return out
 
 
 def verdict(fig, engine, layout):
-    """Raises ParityError naming the engine, layout and figure when fig did not pass."""
+    """Raises ParityError naming the engine, layout and figures when fig did not pass."""
     if fig["passed"]:
         return
-    if fig["fp32_served"] is not None:
-        what = "its prediction is %.4g from fp32, eager bf16's is %.4g: over the bound %.4g (%s)" % (
-            fig["fp32_served"], fig["fp32_reference"], fig["bound"], fig["bound_of"])
-    else:
-        what = "its prediction is %.4g from eager's, over the bound %.4g (%s)" % (fig["rel_l2"], fig["bound"], fig["bound_of"])
-    raise ParityError("parity: engine %s, layout %s differs from eager on one device: %s; rel_l2 %.4g, max_abs %.4g" % (
-        engine, layout or "single", what, fig["rel_l2"], fig["max_abs"]))
+    raise ParityError("parity: engine %s, layout %s%s differs from eager on one device: %s; %s" % (
+        engine, layout or "single", " (fault %s)" % fig["fault"] if fig.get("fault") else "",
+        "; ".join(fig["failed"]), summary(fig, verdict=False)))
 
 
-def summary(fig):
+def _g(v):
+    return "null" if v is None else "%.4g" % v
+
+
+def summary(fig, verdict=True):
     """One log line of the figures."""
-    tail = ("; to fp32: reference %.4g, served %.4g" % (fig["fp32_reference"], fig["fp32_served"])) \
-        if fig["fp32_served"] is not None else "; no fp32 floor (%s)" % fig.get("no_fp32")
-    return "parity: rel_l2 %.4g, max_abs %.4g against eager%s; bound %.4g: %s" % (
-        fig["rel_l2"], fig["max_abs"], tail, fig["bound"], "passed" if fig["passed"] else "FAILED")
+    if fig["served"] == IS_REFERENCE:
+        near = "served is the reference (%s)" % fig["reference"]
+    else:
+        near = "against eager: cond %s, guided %s, latents max abs %s" % (_g(fig["cond_rel_l2"]), _g(fig["rel_l2"]), _g(fig["max_abs"]))
+    line = "parity: %s; to fp32, served (eager bf16): cond %s (%s) bound %s, guided %s (%s) bound %s, latents max abs %s (%s) bound %s" % (
+        near, _g(fig["cond_fp32_served"]), _g(fig["cond_fp32_reference"]), _g(fig["cond_bound"]),
+        _g(fig["fp32_served"]), _g(fig["fp32_reference"]), _g(fig["bound"]),
+        _g(fig["max_abs_fp32_served"]), _g(fig["max_abs_fp32_reference"]), _g(fig["max_abs_bound"]))
+    if verdict:
+        line += ": " + ("passed" if fig["passed"] else "FAILED")
+    return line

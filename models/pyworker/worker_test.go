@@ -11,12 +11,6 @@ import (
 // environment, where every test runs (the engines' compile on the CPU among them).
 func TestWorkerPythonUnitTests(t *testing.T) { pytest.UnitTests(t, "test_worker") }
 
-// The uploads' pipelined PNG decode held to Pillow's own (Pillow is in the torch environment;
-// `make fuzz` runs its differential fuzz longer).
-func TestPngdecodePythonUnitTests(t *testing.T) {
-	pytest.UnitTestsWith(t, pytest.TorchPython(t), "test_pngdecode")
-}
-
 func TestWorkerPythonUnitTestsWithTorch(t *testing.T) {
 	pytest.UnitTestsWith(t, pytest.TorchPython(t), "test_worker")
 }

@@ -166,6 +166,7 @@ class DiffusersBackend(pw.TorchBackend):
     precision = PRECISION
     size_multiple = SIZE_MULTIPLE
     fused_module = "qwenimage.fused"
+    rope = ("pos_embed", 0)  # QwenEmbedRope: (image, text) complex tables, each (tokens, head_dim / 2)
     # On the H200 the load failed inside the capture ("Cannot copy between CPU and CUDA tensors
     # during CUDA graph capture unless the CPU tensor is pinned"). Read in diffusers 0.42.1:
     # QwenImageTransformer2DModel.forward builds tensors from host values on every call

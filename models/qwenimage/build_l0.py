@@ -357,10 +357,10 @@ def plan(tiny=False):
     }
 
 
-def marker_text(p, seed, sizes):
+def marker_text(p, seed, sizes, notes=()):
     return l0.marker_text(p["checkpoint"], "models/qwenimage/build_l0.py", p["tiny"], seed,
                           "transformer and text encoder N(0, %g), VAE default init" % INIT_STD, sizes,
-                          notes=["The tokenizer is a small byte-level BPE made in code, with the real special-token ids."])
+                          notes=["The tokenizer is a small byte-level BPE made in code, with the real special-token ids.", *notes])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -482,11 +482,16 @@ def build(p, out_root, seed=0, device="cuda"):
             for _, prm in module.named_parameters():
                 prm.normal_(0.0, INIT_STD, generator=gen)
 
-    def component(name, make, draw, save):
+    notes = []
+
+    def component(name, make, draw, save, after=None):
         t0 = time.perf_counter()
         module = construct(make, torch.bfloat16)
         if draw:
             randomize(module)
+        if after:
+            notes.append(after(module))
+            print("  " + notes[-1], flush=True)
         module.eval()
         sync()
         t1 = time.perf_counter()
@@ -512,7 +517,10 @@ def build(p, out_root, seed=0, device="cuda"):
     print("building %s%s on %s (seed %d) into %s" % (p["checkpoint"], " (tiny)" if p["tiny"] else "", dev, seed, out_dir), flush=True)
     t_all = time.perf_counter()
     # Largest first, one at a time: the device holds at most the transformer.
-    component("transformer", lambda: QwenImageTransformer2DModel(**p["transformer"]), True, save_sharded)
+    # Every block's joint attention: the image stream's q/k norms and the text stream's.
+    sharpen = lambda t: l0.sharpen_attention([b.attn for b in t.transformer_blocks],  # noqa: E731
+                                             ("norm_q", "norm_k", "norm_added_q", "norm_added_k"), "every block's joint attention")
+    component("transformer", lambda: QwenImageTransformer2DModel(**p["transformer"]), True, save_sharded, sharpen)
 
     def make_text_encoder():
         cfg = Qwen2_5_VLConfig(**p["text_encoder"])
@@ -548,7 +556,7 @@ def build(p, out_root, seed=0, device="cuda"):
         report["seconds"]["tokenizer+processor+scheduler"]), flush=True)
 
     with open(os.path.join(out_dir, l0.MARKER), "w") as f:
-        f.write(marker_text(p, seed, report["params"]))
+        f.write(marker_text(p, seed, report["params"], notes))
     report["disk_bytes"] = dir_bytes(out_dir)
     report["seconds"]["total"] = round(time.perf_counter() - t_all, 2)
     print("saved %s: %.2f GB on disk, total %.1f s" % (out_dir, report["disk_bytes"] / 1e9, report["seconds"]["total"]), flush=True)

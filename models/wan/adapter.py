@@ -141,6 +141,7 @@ class DiffusersBackend(pw.TorchBackend):
 
     precision = PRECISION
     fused_module = "wan.fused"
+    rope = ("rope", 1)  # WanRotaryPosEmbed: (cos, sin), each (1, tokens, 1, head_dim)
     log = staticmethod(log)
 
     def __init__(self, cfg):
@@ -207,11 +208,12 @@ class DiffusersBackend(pw.TorchBackend):
 
     def warmup_kwargs(self, steps):
         """The warm-up's call (and parity's step): the row's pinned shape (default the smallest
-        legal one), guidance 5, so both branches run."""
+        legal one), guidance 5, so both branches run; a prompt of words the L0 tokenizer knows, so
+        that the branches differ there too (parity sees a guidance branch lost or duplicated)."""
         h, w = self.size_multiple
         width, height = parse_size(self.cfg.warmup_size) if self.cfg.warmup_size else (w * 2, h * 2)
         frames = self.cfg.warmup_frames or self.frame_step + 1
-        return dict(prompt="warmup", height=height, width=width, num_frames=frames, num_inference_steps=steps,
+        return dict(prompt="a red fox runs through the snow at night", height=height, width=width, num_frames=frames, num_inference_steps=steps,
                     guidance_scale=5.0, output_type="pt", generator=self.generator(0))
 
     @staticmethod

@@ -259,9 +259,9 @@ def plan(variant, tiny=False):
     }
 
 
-def marker_text(p, seed, sizes):
+def marker_text(p, seed, sizes, notes=()):
     return l0.marker_text(p["checkpoint"], "models/wan/build_l0.py", p["tiny"], seed,
-                          "text encoder and transformer N(0, %g), VAE default init" % INIT_STD, sizes)
+                          "text encoder and transformer N(0, %g), VAE default init" % INIT_STD, sizes, notes)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -303,9 +303,20 @@ def build(p, out_root, seed=0, device="cuda"):
     with dev:
         text_encoder = UMT5EncoderModel(UMT5Config(**p["text_encoder"]))
     text_encoder = randomize("text_encoder", text_encoder, torch.bfloat16)
+    drawn = [l0.unit_norm(text_encoder.encoder.final_layer_norm, "text encoder's final norm")]
     with dev:
         transformer = WanTransformer3DModel(**p["transformer"])
     transformer = randomize("transformer", transformer, torch.bfloat16)
+    # Self-attention only (attn1): cross-attention to the prompt keeps its draw.
+    # Every block's attention, self and cross, and its residual gates: what a fault changes has to
+    # reach the prediction (l0.py).
+    drawn.append(l0.sharpen_attention([a for b in transformer.blocks for a in (b.attn1, b.attn2)], ("norm_q", "norm_k"),
+                                      "every block's self- and cross-attention"))
+    drawn.append(l0.open_gates([b.scale_shift_table.view(1, -1) for b in transformer.blocks],
+                               p["transformer"]["num_attention_heads"] * p["transformer"]["attention_head_dim"],
+                               "each block's scale_shift_table"))
+    for note in drawn:
+        print("  " + note, flush=True)
     # The VAE keeps diffusers' own (seeded) default initialisation. Drawn from N(0, 0.02) like
     # the rest, it decodes any latent to flat grey (per-frame std 0.1-0.5 levels, seen on the
     # H200): the family's blank-frame check rightly fails that, and nothing downstream is
@@ -338,7 +349,7 @@ def build(p, out_root, seed=0, device="cuda"):
     pipe.save_pretrained(out_dir, safe_serialization=True)
     timings["save_s"] = round(time.perf_counter() - t0, 2)
     with open(os.path.join(out_dir, l0.MARKER), "w") as f:
-        f.write(marker_text(p, seed, sizes))
+        f.write(marker_text(p, seed, sizes, drawn))
     timings["total_s"] = round(time.perf_counter() - t_all, 2)
     disk = 0
     for root, _, files in os.walk(out_dir):

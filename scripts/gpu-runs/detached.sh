@@ -67,7 +67,8 @@ status)
 	echo "ended: qualify.sh exited $(cat "$dir/rc"); its summary:"
 	tail -8 "$dir/log"
 	if ls "$dir"/out/run-*.tgz >/dev/null 2>&1; then
-		cp "$dir"/out/run-*.tgz "${OUT:?status needs OUT, the output folder of the device tool}/" && ls "$OUT"/run-*.tgz
+		cp "$dir"/out/run-*.tgz "$dir"/out/parity-faults-* "${OUT:?status needs OUT, the output folder of the device tool}/" 2>/dev/null
+		ls "$OUT"/run-*.tgz "$OUT"/parity-faults-* 2>/dev/null
 	else
 		echo "no archive in $dir/out"
 		exit 1
