@@ -7,18 +7,21 @@ BIN     := bin
 
 all: test
 
+# apt-get install of Debian packages $(1): its hundreds of lines go to a log, printed (the last
+# 30) only when it fails.
+apt_install = log=$${TMPDIR:-/tmp}/mediaqual-apt-$(firstword $(1)).log; \
+	echo "installing Debian $(1) with apt-get (its output: $$log)"; \
+	{ $(SUDO) apt-get update -qq && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(1); } >$$log 2>&1 || \
+	{ tail -n 30 $$log; exit 1; }
+
 # Debian's ffmpeg provides the encoder mediaserve uses and ffprobe, the suite's oracle.
 ffmpeg:
-	@if ! command -v ffmpeg >/dev/null || ! command -v ffprobe >/dev/null; then \
-		echo "installing Debian ffmpeg"; \
-		$(SUDO) apt-get update -qq && \
-		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends ffmpeg; \
-	fi
+	@if ! command -v ffmpeg >/dev/null || ! command -v ffprobe >/dev/null; then $(call apt_install,ffmpeg); fi
 
 # Debian's python3-venv, which the virtualenvs need (one apt-get, before any starts).
 python3-venv:
-	@python3 -c 'import venv, ensurepip' 2>/dev/null || { echo "installing Debian python3-venv"; \
-		$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv; }
+	@if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then $(call apt_install,python3-venv); fi
 
 # The virtualenvs are built once per machine, in VENV_CACHE under names that change with what
 # they hold, and linked into .cache/ where the tests look: another clone (CI's fresh one, for
@@ -51,7 +54,7 @@ torch: python3-venv
 	if [ "$$venv" = .cache/torch-2.11.0 ] && [ ! -d $$venv -o -L $$venv ]; then venv=$(TORCH_SHARED); fi; \
 	mkdir -p $$(dirname $$venv); \
 	flock $$venv.lock sh -c 'if ! $$1/bin/python -c "import torch, torchvision, diffusers, transformers, accelerate, numpy" 2>/dev/null; then \
-		echo "installing scripts/torch-cpu.txt into $$1"; \
+		echo "installing scripts/torch-cpu.txt into $$1 (CPU torch, diffusers, transformers: about 5 GB, a few minutes)"; \
 		python3 -m venv --clear $$1 && $$1/bin/pip install -q --disable-pip-version-check -r scripts/torch-cpu.txt; \
 	fi' sh $$venv; \
 	if [ "$$venv" = $(TORCH_SHARED) ]; then mkdir -p .cache && ln -sfn $$venv .cache/torch-2.11.0; fi
@@ -76,11 +79,7 @@ peers: python3-venv
 
 # Debian's Chromium renders the HTML report in its test.
 chromium:
-	@if ! command -v chromium >/dev/null; then \
-		echo "installing Debian chromium"; \
-		$(SUDO) apt-get update -qq && \
-		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; \
-	fi
+	@if ! command -v chromium >/dev/null; then $(call apt_install,chromium); fi
 
 deps: ffmpeg aiperf
 	$(GO) mod download
@@ -98,9 +97,13 @@ vet:
 	$(GO) vet ./...
 	$(GO) vet -tags gpu ./...
 
+# gotestsum prints each package's line as it ends (a failure's output in full), so a long
+# run says how far along it is; go test alone prints nothing for minutes.
 test: ffmpeg chromium venvs vet
 	$(GO) mod download
-	$(GO) test -count=1 -timeout 25m ./...
+	@gotestsum=$$($(GO) tool -n gotestsum) || exit 1; \
+	echo "go test -count=1 -timeout 25m ./... (one line a package as it ends)"; \
+	$$gotestsum --format pkgname -- -count=1 -timeout 25m ./...
 	$(MAKE) fuzz
 
 # Each fuzz target runs briefly on every test run (its seeds also run as plain tests); found

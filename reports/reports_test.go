@@ -94,14 +94,13 @@ func TestDetailsNameEngineAndLayout(t *testing.T) {
 	assert.Contains(t, all, "layout: 2 lanes: GPUs 0, 1")
 	assert.Contains(t, all, "parity: not reported by the server", "an engine row without figures says so")
 
-	floor, served := 0.0146, 0.0125
-	row.Parity = &spec.Parity{RelL2: 0.0176, MaxAbs: 0.07, FP32Reference: &floor, FP32Served: &served, Bound: 0.0292,
-		BoundOf: "fp32_served <= 2 x fp32_reference", Passed: true}
+	row.Parity = &spec.Parity{Served: spec.IsReference, Reference: "eager", CondFP32Reference: 0.0146, CondFP32Served: 0.0146, CondBound: 0.0292,
+		FP32Reference: 0.054, FP32Served: 0.054, Bound: 0.108, Passed: true}
 	text = nil
 	for _, d := range details(row) {
 		text = append(text, d.Name+": "+d.Text)
 	}
-	assert.Contains(t, strings.Join(text, "\n"), "parity: rel L2 0.0176, max abs 0.07 against eager; to fp32 0.0125 (eager bf16 0.0146); bound 0.0292")
+	assert.Contains(t, strings.Join(text, "\n"), "parity: served is the reference (eager); to fp32, served (eager bf16) / bound: cond 0.0146 (0.0146) / 0.0292, guided 0.054 (0.054) / 0.108")
 
 	row.Parity = &spec.Parity{NotChecked: "no step callback"}
 	text = nil

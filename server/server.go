@@ -49,7 +49,8 @@ type Config struct {
 	Ledger        io.Writer     // request ledger, JSON lines (nil: none)
 	APIKey        string        // when set, /v1/* needs "Authorization: Bearer <key>"
 	// PublicURL is the scheme://host[:port] clients reach this server at: artifact URLs are
-	// built from it, never from a request's Host header ("": URLs are paths only).
+	// built from it, never from a request's Host header ("": the address the connection was
+	// accepted on).
 	PublicURL     string
 	MaxBodyBytes  int64 // request body limit (default 32 MiB); a video's is at most 1 MiB
 	MaxPixels     int   // largest reference image accepted, in pixels (default 4096*4096)

@@ -701,8 +701,8 @@ func (t *parityTask) Parity() *spec.Parity { return t.p }
 // /v1/models shows the first lane's parity figures, where its Task reports them, and nothing
 // for a Task that checks none.
 func TestModelsShowParity(t *testing.T) {
-	floor := 0.0146
-	p := &spec.Parity{Reference: "eager", RelL2: 0.01, FP32Reference: &floor, FP32Served: &floor, Bound: 0.03, Passed: true}
+	near := 0.01
+	p := &spec.Parity{Reference: "eager", Served: "engine e", RelL2: &near, FP32Reference: 0.0146, FP32Served: 0.0146, Bound: 0.03, Passed: true}
 	e := start(t, server.Config{Models: []server.Model{
 		{Checkpoint: fakeCheckpoint("checked", spec.TextToVideo), Task: &parityTask{p: p}},
 		{Checkpoint: fakeCheckpoint("plain", spec.TextToVideo), Task: &fakeTask{}},
@@ -710,7 +710,9 @@ func TestModelsShowParity(t *testing.T) {
 	got := e.do(t, "GET", "/v1/models/checked", "", nil).json(t)
 	require.Contains(t, got, "parity")
 	par := got["parity"].(map[string]any)
-	assert.Equal(t, map[string]any{"reference": "eager", "rel_l2": 0.01, "max_abs": 0.0, "fp32_reference": floor,
-		"fp32_served": floor, "bound": 0.03, "bound_of": "", "passed": true}, par)
+	assert.Equal(t, map[string]any{"reference": "eager", "served": "engine e", "rel_l2": 0.01, "cond_rel_l2": nil, "max_abs": nil,
+		"fp32_reference": 0.0146, "fp32_served": 0.0146, "bound": 0.03, "ceiling": 0.0, "cond_fp32_reference": 0.0,
+		"cond_fp32_served": 0.0, "cond_bound": 0.0, "cond_ceiling": 0.0, "max_abs_fp32_reference": 0.0,
+		"max_abs_fp32_served": 0.0, "max_abs_bound": 0.0, "bound_of": "", "passed": true}, par)
 	assert.NotContains(t, e.do(t, "GET", "/v1/models/plain", "", nil).json(t), "parity")
 }

@@ -74,16 +74,27 @@ type Actual struct {
 // Parity is a worker's check at load of its runtime (engine and layout) against eager on one
 // device, on one denoising step (docs/API.md, docs/GPU.md "Parity").
 type Parity struct {
-	Reference     string   `json:"reference"`
-	RelL2         float64  `json:"rel_l2"`
-	MaxAbs        float64  `json:"max_abs"`
-	FP32Reference *float64 `json:"fp32_reference"`
-	FP32Served    *float64 `json:"fp32_served"`
-	NoFP32        string   `json:"no_fp32,omitempty"`
-	Bound         float64  `json:"bound"`
-	BoundOf       string   `json:"bound_of"`
-	Passed        bool     `json:"passed"`
-	NotChecked    string   `json:"not_checked,omitempty"` // why the worker ran no parity check
+	Reference           string   `json:"reference"`
+	Served              string   `json:"served"`
+	Fault               string   `json:"fault,omitempty"`
+	RelL2               *float64 `json:"rel_l2"`
+	CondRelL2           *float64 `json:"cond_rel_l2"`
+	MaxAbs              *float64 `json:"max_abs"`
+	FP32Reference       float64  `json:"fp32_reference"`
+	FP32Served          float64  `json:"fp32_served"`
+	Bound               float64  `json:"bound"`
+	Ceiling             float64  `json:"ceiling"`
+	CondFP32Reference   float64  `json:"cond_fp32_reference"`
+	CondFP32Served      float64  `json:"cond_fp32_served"`
+	CondBound           float64  `json:"cond_bound"`
+	CondCeiling         float64  `json:"cond_ceiling"`
+	MaxAbsFP32Reference float64  `json:"max_abs_fp32_reference"`
+	MaxAbsFP32Served    float64  `json:"max_abs_fp32_served"`
+	MaxAbsBound         float64  `json:"max_abs_bound"`
+	BoundOf             string   `json:"bound_of"`
+	Passed              bool     `json:"passed"`
+	Failed              []string `json:"failed,omitempty"`
+	NotChecked          string   `json:"not_checked,omitempty"` // why the worker ran no parity check
 }
 
 // Timing is the server's account of a job's time: parts that add up to total_ms (docs/API.md).

@@ -25,6 +25,7 @@ var Registry = []Info{
 	{"endpoint", []string{"serve"}},
 	{"reconcile", []string{"serve"}},
 	{"refuses-unsupported", []string{"serve"}},
+	{"parity", []string{"serve"}},
 	{"shape-probe", []string{"aiperf"}},
 	{"seed-influence", []string{"aiperf"}},
 	{"aiperf-install", []string{"aiperf"}},

@@ -95,6 +95,9 @@ func (c *caseRun) serve() (*serving, string, error) {
 	if c.Entry.Engine != "" && !s.External {
 		c.Row.Engine = cmp.Or(c.Config.Engine, c.Entry.Engine)
 	}
+	if err := checkParity(c.Row.Parity, c.Row.Engine, c.Row.Layout); err != nil {
+		return nil, "", err
+	}
 	refused, err := c.refusals(s)
 	if err != nil {
 		return nil, "", err
@@ -189,7 +192,7 @@ func (c *caseRun) launch() (*serving, string, error) {
 		err = fmt.Errorf("%w\n%s", err, bundle.RaiseHint(timeout, from))
 	}
 	if err != nil {
-		return nil, "", check.Fail("launch", "%w", err)
+		return nil, "", launchFailure(err)
 	}
 	c.Row.Load = &reports.Load{ReadyS: time.Since(start).Seconds(), TimeoutS: timeout.Seconds(), From: from}
 	c.T.Cleanup(func() { _ = srv.Stop() })

@@ -1,10 +1,11 @@
 """Tests of parity.py and TorchBackend.prepare (parity before ready) on a tiny real WanPipeline on
 the CPU. models/pyworker/worker_test.go runs them with the torch virtualenv `make torch` builds."""
 
-import math
 import os
 import sys
 import unittest
+
+os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported: the fused-scale fault's kernels on the CPU
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # models/
@@ -15,71 +16,79 @@ from pyworker import testing  # noqa: E402
 class FiguresTest(unittest.TestCase):
     """The verdict's arithmetic on hand-made tensors."""
 
+    @staticmethod
+    def step(torch, cond, guided, latents=0.0):
+        return {"cond": torch.ones(4) * cond, "guided": torch.ones(4) * guided, "latents": torch.ones(4) * latents}
+
     @testing.needs("torch")
-    def test_bound_nan_and_message(self):
+    def test_each_quantity_has_its_own_bound(self):
         import torch
 
         from pyworker import parity
 
-        ref = (torch.ones(4), torch.zeros(4))
-        fp32 = (torch.ones(4) * 1.01, torch.zeros(4))  # the reference is 1 % off fp32
-        near = (torch.ones(4) * 1.005, torch.zeros(4))  # 0.5 % off fp32: inside 2 x 1 %
-        far = (torch.ones(4) * 1.5, torch.ones(4))
-        nan = (torch.full((4,), math.nan), torch.zeros(4))
-        self.assertTrue(parity.figures(ref, near, fp32)["passed"])
-        f = parity.figures(ref, far, fp32)
-        self.assertFalse(f["passed"], f)
-        self.assertAlmostEqual(f["bound"], 2 * f["fp32_reference"])
-        self.assertFalse(parity.figures(ref, nan, fp32)["passed"], "NaN never passes")
-        self.assertFalse(parity.figures(ref, nan, None, "no room")["passed"], "NaN never passes without a floor")
-        without = parity.figures(ref, near, None, "the fp32 transformer needs 75 GiB more, 40 GiB free")
-        self.assertTrue(without["passed"], without)
-        self.assertIsNone(without["fp32_served"])
-        self.assertIn("75 GiB", without["bound_of"])
-        self.assertFalse(parity.figures(ref, (torch.ones(4) * 1.06, torch.zeros(4)), None, "x")["passed"],
-                         "6 % off eager is outside the no-floor bound")
-        with self.assertRaisesRegex(parity.ParityError, r"engine regional-compile-fused, layout ulysses-2 .*rel_l2 0\.5"):
-            parity.verdict(f, "regional-compile-fused", "ulysses-2")
-        parity.verdict(parity.figures(ref, near, fp32), "eager", None)  # passes: no exception
+        run = lambda c, g, l=0.0: self.step(torch, c, g, l)  # noqa: E731
+        ref, fp32 = run(1.0, 1.0, 0.0), run(1.01, 1.05, 0.01)  # eager is 1 % (cond) and 5 % (guided) off fp32
+        ok = parity.figures(ref, run(1.005, 1.02, 0.0), fp32, "engine x, layout single")
+        self.assertTrue(ok["passed"], ok)
+        self.assertAlmostEqual(ok["cond_bound"], 2 * ok["cond_fp32_reference"])
+        self.assertAlmostEqual(ok["bound"], 2 * ok["fp32_reference"])
+        self.assertAlmostEqual(ok["max_abs_bound"], 4 * 0.01)
+        # 3 % off fp32 on the conditional prediction: inside the guided bound (10 %), outside its own (2 %).
+        cond = parity.figures(ref, run(1.04, 1.05, 0.01), fp32, "engine x, layout single")
+        self.assertFalse(cond["passed"], cond)
+        self.assertEqual(len(cond["failed"]), 1, cond)
+        self.assertIn("cond prediction", cond["failed"][0])
+        # A guidance branch duplicated: the conditional prediction exact, the guided one far.
+        guided = parity.figures(ref, run(1.0, 1.3, 0.01), fp32, "engine x, layout single")
+        self.assertEqual([f.split(" ")[1] for f in guided["failed"]], ["guided"], guided)
+        # The latents far off in one place: neither prediction over its bound, the max abs is.
+        spike = run(1.0, 1.0, 0.0)
+        spike["latents"][0] = 0.5
+        lat = parity.figures(ref, spike, fp32, "engine x, layout single")
+        self.assertEqual(len(lat["failed"]), 1, lat)
+        self.assertIn("latents", lat["failed"][0])
+        with self.assertRaisesRegex(parity.ParityError, r"engine regional-compile-fused, layout ulysses-2 differs .*cond prediction is 0\.0297"):
+            parity.verdict(cond, "regional-compile-fused", "ulysses-2")
+        parity.verdict(ok, "eager", None)  # passes: no exception
 
-    def test_fp32_fits_keeps_the_margin_and_says_it(self):
-        """MiniMax-H3 on the H200: 61.7 GiB more needed, 71.1 free, refused for the margin."""
+    @testing.needs("torch")
+    def test_nan_and_a_broken_reference_never_pass(self):
+        import math
+
+        import torch
+
         from pyworker import parity
 
-        class Device:
-            def __init__(self, kind):
-                self.type = kind.split(":")[0]
+        run = lambda c, g, l=0.0: self.step(torch, c, g, l)  # noqa: E731
+        ref, fp32 = run(1.0, 1.0), run(1.01, 1.05, 0.01)
+        for q in ("cond", "guided", "latents"):
+            nan = run(1.0, 1.0)
+            nan[q][1] = math.nan
+            self.assertFalse(parity.figures(ref, nan, fp32, "x")["passed"], "NaN in %s never passes" % q)
+        # fp32 that returns finite garbage: every floor is wide, so is every bound, but the floor
+        # is over its ceiling: refused, whatever the served runtime computes.
+        garbage = run(3.0, 3.0, 2.0)
+        f = parity.figures(ref, run(2.0, 2.0, 1.0), garbage, "x")
+        self.assertFalse(f["passed"], f)
+        self.assertEqual([m.split(" ")[1] for m in f["failed"]], ["guided", "cond"], f)
+        self.assertIn("over its ceiling 0.06: the fp32 reference is broken", f["failed"][1])
+        self.assertFalse(parity.figures(ref, None, garbage)["passed"], "eager's own floor is held to the ceiling too")
 
-        class Tensor:
-            dtype, device = "bf16", Device("cuda:0")
+    @testing.needs("torch")
+    def test_eager_on_one_device_is_the_reference(self):
+        import torch
 
-            def numel(self):
-                return 40 * 2**30 // 2  # 40 GiB in bf16: 40 GiB more in fp32
+        from pyworker import parity
 
-        class Transformer:
-            def parameters(self):
-                return [Tensor()]
-
-            def buffers(self):
-                return []
-
-        class Torch:
-            bfloat16, float16, device = "bf16", "f16", Device
-
-            class cuda:
-                free = 0
-
-                @classmethod
-                def mem_get_info(cls, device):
-                    return cls.free, 0
-
-                memory_reserved = memory_allocated = staticmethod(lambda device: 0)
-
-        Torch.cuda.free = 45 * 2**30  # 40 x 1.25 = 50 > 45: no
-        self.assertEqual(parity.fp32_fits(Transformer(), "cuda:0", Torch),
-                         (False, "the fp32 transformer needs 40.0 GiB more (50.0 with the 1.25x margin for the step), 45.0 GiB free"))
-        Torch.cuda.free = 51 * 2**30
-        self.assertEqual(parity.fp32_fits(Transformer(), "cuda:0", Torch), (True, ""))
+        ref, fp32 = self.step(torch, 1.0, 1.0), self.step(torch, 1.01, 1.05, 0.01)
+        f = parity.figures(ref, None, fp32)
+        self.assertTrue(f["passed"], f)
+        self.assertEqual(f["served"], "is the reference")
+        self.assertIsNone(f["rel_l2"])
+        self.assertIsNone(f["cond_rel_l2"])
+        self.assertIsNone(f["max_abs"])
+        self.assertEqual(f["cond_fp32_served"], f["cond_fp32_reference"])
+        self.assertIn("served is the reference", parity.summary(f))
 
 
 @testing.needs("torch", "diffusers", "transformers")
@@ -101,6 +110,8 @@ class PrepareTest(unittest.TestCase):
         class Tiny(pw.TorchBackend):
             log = staticmethod(logs.append)
             both_branches = staticmethod(lambda kwargs: True)
+            fused_module = "wan.fused"
+            rope = ("rope", 1)
 
             def __init__(self, scale):
                 self.setup("cpu")
@@ -119,20 +130,23 @@ class PrepareTest(unittest.TestCase):
 
         self.Tiny = Tiny
 
-    def prepare(self, scale):
+    def prepare(self, scale, engine=None):
         b = self.Tiny(scale)
-        b.prepare(b.pipe, None, "scaled-%g" % scale, 0)
+        self.addCleanup(lambda: b.undo_fault and b.undo_fault())
+        b.prepare(b.pipe, None, engine or "scaled-%g" % scale, 0)
         return b
 
     def test_the_same_arithmetic_is_ready_with_its_figures(self):
         b = self.prepare(1.0)
         p = b.parity
         self.assertTrue(p["passed"], p)
-        self.assertEqual((p["rel_l2"], p["max_abs"]), (0.0, 0.0), "eager against itself: bit for bit")
-        floor = p["fp32_reference"]
-        self.assertGreater(floor, 0.0)
-        self.assertEqual(p["fp32_served"], floor)
-        self.assertIn("parity: rel_l2 0, max_abs 0 against eager", "\n".join(self.logs))
+        self.assertEqual((p["rel_l2"], p["cond_rel_l2"], p["max_abs"]), (0.0, 0.0, 0.0), "eager's arithmetic, run again: bit for bit")
+        for q in ("", "cond_", "max_abs_"):
+            floor = p[q + "fp32_reference"]
+            self.assertGreater(floor, 0.0, q)
+            self.assertEqual(p[q + "fp32_served"], floor, q)
+        self.assertLess(p["cond_fp32_reference"], p["fp32_reference"], "the unguided prediction has the smaller floor")
+        self.assertIn("parity: against eager: cond 0, guided 0, latents max abs 0", "\n".join(self.logs))
         b.l0_random = True
         self.assertEqual(b.ready_info()["parity"], p, "ready carries the figures")
 
@@ -167,13 +181,37 @@ class PrepareTest(unittest.TestCase):
         self.assertTrue(torch.equal(first, again), "the pinned shape's bytes after another shape")
         self.assertTrue(torch.equal(got, eager), "the other shape ran eagerly")
 
-    def test_the_fp32_floor_leaves_the_weights_as_they_were(self):
+    def test_eager_on_one_device_is_the_reference(self):
+        b = self.prepare(1.0, "eager")
+        self.assertEqual(b.parity["served"], "is the reference")
+        self.assertIsNone(b.parity["rel_l2"])
+        self.assertNotIn("served (engine", "\n".join(self.logs), "no served step")
+
+    def test_the_fp32_floor_holds_one_block_in_fp32_and_leaves_the_weights_as_they_were(self):
+        """Block by block: inside each block's forward that block is fp32 and every other block
+        bf16, so the extra memory is one block's; after, every weight bit for bit."""
         torch = self.torch
         b = self.Tiny(1.0)
-        before = {n: t.clone() for n, t in b.pipe.transformer.state_dict().items()}
-        with self.parity.FP32(b.pipe.transformer, torch):
-            self.assertEqual({t.dtype for t in b.pipe.transformer.parameters()}, {torch.float32})
-        after = b.pipe.transformer.state_dict()
+        model = b.pipe.transformer
+        before = {n: t.clone() for n, t in model.state_dict().items()}
+        seen = []
+
+        def look(block, args):
+            seen.append([{p.dtype for p in other.parameters()} for other in model.blocks])
+
+        with self.parity.FP32(model, torch):
+            hooks = [blk.register_forward_pre_hook(look) for blk in model.blocks]  # after FP32's own
+            self.assertEqual({p.dtype for p in model.blocks.parameters()}, {torch.bfloat16}, "blocks wait in bf16")
+            self.assertEqual({p.dtype for p in model.proj_out.parameters()}, {torch.float32}, "the rest is fp32")
+            with torch.inference_mode():
+                b.pipe(**b.warmup_kwargs(1))
+        for h in hooks:
+            h.remove()
+        self.assertEqual(len(seen), 2 * len(model.blocks), "two branches, every block")
+        for i, dtypes in enumerate(seen):
+            k = i % len(model.blocks)
+            self.assertEqual(dtypes, [{torch.float32} if j == k else {torch.bfloat16} for j in range(len(model.blocks))])
+        after = model.state_dict()
         for n, t in before.items():
             self.assertEqual(after[n].dtype, t.dtype, n)
             self.assertTrue(torch.equal(after[n], t), n)
@@ -181,12 +219,33 @@ class PrepareTest(unittest.TestCase):
 
     def test_a_runtime_a_few_percent_off_is_refused_by_name(self):
         with self.assertRaisesRegex(self.parity.ParityError,
-                                    r"engine scaled-1.1, layout single differs from eager on one device: .* from fp32"):
+                                    r"engine scaled-1.1, layout single differs from eager on one device: its guided prediction .* from fp32"):
             self.prepare(1.1)
 
     def test_nan_is_refused(self):
-        with self.assertRaisesRegex(self.parity.ParityError, r"engine scaled-nan, layout single .*rel_l2 nan"):
+        with self.assertRaisesRegex(self.parity.ParityError, r"engine scaled-nan, layout single .*cond nan, guided nan"):
             self.prepare(float("nan"))
+
+    def test_every_fault_is_refused_with_its_figures(self):
+        """Each wrong runtime of faults.py, injected at load by MEDIAQUAL_PARITY_FAULT on the eager
+        engine, is refused by prepare, naming it; the conditional prediction sees every one but
+        the guidance branches' (which leave it exact), the guided one sees those."""
+        from pyworker import faults
+
+        for name in faults.FAULTS:
+            with self.subTest(fault=name):
+                os.environ[faults.ENV] = name
+                self.addCleanup(os.environ.pop, faults.ENV, None)
+                with self.assertRaisesRegex(self.parity.ParityError, r"engine eager, layout single \(fault %s\)" % name) as e:
+                    self.prepare(1.0, "eager")
+                self.assertIn("over the bound", str(e.exception))
+                if name.startswith("branch-"):
+                    self.assertRegex(str(e.exception), r"against eager: cond 0, guided (?!0[,;])")
+                else:
+                    self.assertIn("its cond prediction", str(e.exception))
+        os.environ[faults.ENV] = "no-such-fault"
+        with self.assertRaisesRegex(RuntimeError, "MEDIAQUAL_PARITY_FAULT='no-such-fault' is not a fault; faults: attention-half"):
+            self.prepare(1.0, "eager")
 
 
 if __name__ == "__main__":

@@ -229,8 +229,10 @@ class TinyPipelineTest(unittest.TestCase):
     # Every scenario runs in one invocation, in these two ranks, each over a fresh pipeline:
     # the ranks import torch and diffusers once, not once a scenario. The one expected to
     # raise (on both ranks) runs last.
+    FAULTS = ("ulysses-2 --fused --fault=attention-half", "ulysses-2 --fused --fault=rope-shifted",
+              "cfg-2 --fused --fault=branch-duplicated", "cfg-2 --fused --fault=branch-lost")
     SCENARIOS = ("cfg-2", "cfg-2 --break-exchange", "ulysses-2", "cfg-2 --fused", "ulysses-2 --fused",
-                 "ulysses-2 --fused --old-processors", "ulysses-2 --odd --plain-ulysses")
+                 "ulysses-2 --fused --old-processors", *FAULTS, "ulysses-2 --odd --plain-ulysses")
 
     @classmethod
     def setUpClass(cls):
@@ -301,6 +303,21 @@ class TinyPipelineTest(unittest.TestCase):
         p = r["parity"]
         self.assertFalse(p["passed"], p)
         self.assertGreater(p["fp32_served"], 2 * p["bound"], "far outside, not at the edge: %s" % p)
+
+    def test_parity_refuses_each_fault_under_its_layout(self):
+        """faults.py's wrong runtimes on two ranks (gloo): attention over each rank's half and
+        shifted rotary positions under ulysses-2 move the conditional prediction; a cfg-2
+        exchange that duplicated or lost a branch leaves it exact and moves the guided one."""
+        for scenario in self.FAULTS:
+            with self.subTest(scenario=scenario):
+                p = self.fused(scenario)["parity"]
+                self.assertFalse(p["passed"], p)
+                self.assertEqual(p["fault"], scenario.split("=")[1])
+                if "branch" in scenario:
+                    self.assertEqual(p["cond_rel_l2"], 0.0, p)
+                    self.assertGreater(p["fp32_served"], p["bound"], p)
+                else:
+                    self.assertGreater(p["cond_fp32_served"], p["cond_bound"], p)
 
 
 @testing.needs("torch", "diffusers", "transformers")

@@ -517,9 +517,17 @@ def build(p, out_root, seed=0, device="cuda"):
     print("building %s%s on %s (seed %d) into %s" % (p["checkpoint"], " (tiny)" if p["tiny"] else "", dev, seed, out_dir), flush=True)
     t_all = time.perf_counter()
     # Largest first, one at a time: the device holds at most the transformer.
-    # Every block's joint attention: the image stream's q/k norms and the text stream's.
-    sharpen = lambda t: l0.sharpen_attention([b.attn for b in t.transformer_blocks],  # noqa: E731
-                                             ("norm_q", "norm_k", "norm_added_q", "norm_added_k"), "every block's joint attention")
+    def sharpen(t):
+        """Every block's joint attention sharp (the image stream's q/k norms and the text
+        stream's) and its residual gates open (the biases of img_mod and txt_mod): what a fault
+        changes has to reach the prediction (l0.py)."""
+        blocks = t.transformer_blocks
+        return " ".join([
+            l0.sharpen_attention([b.attn for b in blocks], ("norm_q", "norm_k", "norm_added_q", "norm_added_k"),
+                                 "every block's joint attention"),
+            l0.open_gates([m[1].bias for b in blocks for m in (b.img_mod, b.txt_mod)], blocks[0].dim,
+                          "the biases of each block's img_mod and txt_mod")])
+
     component("transformer", lambda: QwenImageTransformer2DModel(**p["transformer"]), True, save_sharded, sharpen)
 
     def make_text_encoder():
@@ -527,7 +535,8 @@ def build(p, out_root, seed=0, device="cuda"):
         cfg.dtype = torch.bfloat16
         return Qwen2_5_VLForConditionalGeneration(cfg)
 
-    component("text_encoder", make_text_encoder, True, save_sharded)
+    component("text_encoder", make_text_encoder, True, save_sharded,
+              lambda m: l0.unit_norm(m.model.language_model.norm, "text encoder's final norm"))
 
     def make_vae():
         # The VAE keeps PyTorch's default initialisation (seeded), drawn in bf16 on the device.

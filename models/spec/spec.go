@@ -237,20 +237,36 @@ type Actual struct {
 
 // Parity is a worker's check at load (models/pyworker/parity.py, docs/GPU.md "Parity"): the
 // first denoising step of the warm-up's call at the pinned shape, on the served runtime
-// against eager on one device before any layout or engine, with an fp32 transformer's step as
-// the noise floor where it fits. A worker outside the bound never becomes ready.
+// against eager on one device before any layout or engine, with the fp32 transformer's step
+// (block by block, on every card) as the noise floor. Three quantities: the transformer's
+// conditional (unguided) prediction, the guided one and the latents after the step. A worker
+// outside the bound never becomes ready.
 type Parity struct {
-	Reference string  `json:"reference"` // what the served step was compared with
-	RelL2     float64 `json:"rel_l2"`    // the guided prediction's relative L2 distance to the reference's
-	MaxAbs    float64 `json:"max_abs"`   // the largest absolute difference of the latents after the step
-	// FP32Reference and FP32Served are eager bf16's and the served runtime's distances to the
-	// fp32 transformer's prediction (the floor); nil where fp32 did not fit, NoFP32 says why.
-	FP32Reference *float64 `json:"fp32_reference"`
-	FP32Served    *float64 `json:"fp32_served"`
-	NoFP32        string   `json:"no_fp32,omitempty"`
-	Bound         float64  `json:"bound"`
-	BoundOf       string   `json:"bound_of"` // the inequality the bound is in
-	Passed        bool     `json:"passed"`
+	Reference string `json:"reference"`       // what the served step was compared with
+	Served    string `json:"served"`          // the served runtime, or "is the reference" (eager on one device)
+	Fault     string `json:"fault,omitempty"` // a wrong runtime injected on purpose (models/pyworker/faults.py)
+	// The served runtime's distances to the reference: the guided and the conditional
+	// prediction's relative L2, the latents' largest absolute difference; nil where the served
+	// runtime is the reference.
+	RelL2     *float64 `json:"rel_l2"`
+	CondRelL2 *float64 `json:"cond_rel_l2"`
+	MaxAbs    *float64 `json:"max_abs"`
+	// Each quantity's distance to fp32, eager bf16's (the floor) and the served runtime's; its
+	// bound (a factor times the floor) and, for the predictions, the ceiling over the floor.
+	FP32Reference       float64  `json:"fp32_reference"`
+	FP32Served          float64  `json:"fp32_served"`
+	Bound               float64  `json:"bound"`
+	Ceiling             float64  `json:"ceiling"`
+	CondFP32Reference   float64  `json:"cond_fp32_reference"`
+	CondFP32Served      float64  `json:"cond_fp32_served"`
+	CondBound           float64  `json:"cond_bound"`
+	CondCeiling         float64  `json:"cond_ceiling"`
+	MaxAbsFP32Reference float64  `json:"max_abs_fp32_reference"`
+	MaxAbsFP32Served    float64  `json:"max_abs_fp32_served"`
+	MaxAbsBound         float64  `json:"max_abs_bound"`
+	BoundOf             string   `json:"bound_of"` // the inequalities, in words
+	Passed              bool     `json:"passed"`
+	Failed              []string `json:"failed,omitempty"` // what failed, in words
 	// NotChecked, when set, is why the worker ran no parity check (there are no figures).
 	NotChecked string `json:"not_checked,omitempty"`
 }
@@ -267,12 +283,26 @@ func (p *Parity) String() string {
 	if !p.Passed {
 		verdict = "FAILED"
 	}
-	floor := "no fp32 floor (" + p.NoFP32 + ")"
-	if p.FP32Served != nil && p.FP32Reference != nil {
-		floor = fmt.Sprintf("to fp32 %.3g (eager bf16 %.3g)", *p.FP32Served, *p.FP32Reference)
+	g := func(v *float64) string {
+		if v == nil {
+			return "-"
+		}
+		return fmt.Sprintf("%.3g", *v)
 	}
-	return fmt.Sprintf("rel L2 %.3g, max abs %.3g against eager; %s; bound %.3g (%s): %s", p.RelL2, p.MaxAbs, floor, p.Bound, p.BoundOf, verdict)
+	served := "served is the reference (" + p.Reference + ")"
+	if p.Served != IsReference {
+		served = fmt.Sprintf("%s against eager: cond %s, guided %s, latents max abs %s", p.Served, g(p.CondRelL2), g(p.RelL2), g(p.MaxAbs))
+	}
+	if p.Fault != "" {
+		served = "fault " + p.Fault + ", " + served
+	}
+	return fmt.Sprintf("%s; to fp32, served (eager bf16) / bound: cond %.3g (%.3g) / %.3g, guided %.3g (%.3g) / %.3g, latents max abs %.3g (%.3g) / %.3g: %s",
+		served, p.CondFP32Served, p.CondFP32Reference, p.CondBound, p.FP32Served, p.FP32Reference, p.Bound,
+		p.MaxAbsFP32Served, p.MaxAbsFP32Reference, p.MaxAbsBound, verdict)
 }
+
+// IsReference is Parity.Served where the served runtime is the reference itself.
+const IsReference = "is the reference"
 
 // ParityReporter is implemented by Tasks whose workers check parity at load: the figures of
 // the (first) loaded worker, nil before it is ready.

@@ -172,11 +172,14 @@ func TestParityFromReady(t *testing.T) {
 	require.NoError(t, fx.task.Load(context.Background()))
 	p := fx.task.Parity()
 	require.NotNil(t, p)
-	assert.Equal(t, spec.Parity{Reference: "eager, one device, before layout and engine", RelL2: 0.0125, MaxAbs: 0.07,
-		FP32Reference: ptr(0.0146), FP32Served: ptr(0.0127), Bound: 0.0292,
-		BoundOf: "fp32_served <= 2 x fp32_reference", Passed: true}, *p)
-	assert.Equal(t, "rel L2 0.0125, max abs 0.07 against eager; to fp32 0.0127 (eager bf16 0.0146); bound 0.0292 "+
-		"(fp32_served <= 2 x fp32_reference): passed", p.String())
+	assert.Equal(t, spec.Parity{Reference: "eager, one device, before layout and engine", Served: "engine regional-compile, layout single",
+		RelL2: ptr(0.0125), CondRelL2: ptr(0.004), MaxAbs: ptr(0.07),
+		FP32Reference: 0.0542, FP32Served: 0.0487, Bound: 0.1084, Ceiling: 0.15,
+		CondFP32Reference: 0.0146, CondFP32Served: 0.0127, CondBound: 0.0292, CondCeiling: 0.06,
+		MaxAbsFP32Reference: 0.05, MaxAbsFP32Served: 0.06, MaxAbsBound: 0.2,
+		BoundOf: "to fp32, each prediction <= 2 x eager bf16's", Passed: true}, *p)
+	assert.Equal(t, "engine regional-compile, layout single against eager: cond 0.004, guided 0.0125, latents max abs 0.07; "+
+		"to fp32, served (eager bf16) / bound: cond 0.0127 (0.0146) / 0.0292, guided 0.0487 (0.0542) / 0.108, latents max abs 0.06 (0.05) / 0.2: passed", p.String())
 
 	plain := newTask(t, "ok")
 	require.NoError(t, plain.task.Load(context.Background()))

@@ -19,6 +19,8 @@ Usage: tiny_wan_parallel.py SCENARIO [SCENARIO ...]
   one rank, with the fp32 floor.
   --old-processors: with --fused, the fused processors installed as before the fix (plain
   set_processor, dropping the layout's _parallel_config): parity must catch it.
+  --fault=NAME: with --fused, a wrong runtime of faults.py put in after the layout (as
+  MEDIAQUAL_PARITY_FAULT does at load), taken out after the scenario: parity must catch it.
 A scenario that raises on one rank only leaves the ranks out of step (one in a collective the
 other never joins): put one that may raise last, as test_ranks.py does with "ulysses-2 --odd
 --plain-ulysses", which raises on both ranks at the same point.
@@ -110,7 +112,7 @@ def first_step(pipe, shape, cfg=None):
     if cfg is not None:
         cfg.begin(True)
     with torch.inference_mode():
-        return parity.StepProbe(pipe).run(pipe, call_kwargs(shape))
+        return parity.StepProbe(pipe, isinstance(cfg, parallel.Branches)).run(pipe, call_kwargs(shape))
 
 
 def counted(transformer):
@@ -132,7 +134,7 @@ FLAGS = ("--break-exchange", "--odd", "--plain-ulysses", "--fused", "--old-proce
 def parse(scenario):
     """A scenario argument: its layout and its flags, each of FLAGS."""
     layout, *flags = scenario.split()
-    unknown = [f for f in flags if f not in FLAGS]
+    unknown = [f for f in flags if f not in FLAGS and not f.startswith("--fault=")]
     if unknown:
         raise SystemExit("scenario %r: unknown flags %s (known: %s)" % (scenario, unknown, ", ".join(FLAGS)))
     return layout, set(flags)
@@ -165,12 +167,22 @@ def run_scenario(rank, layout, flags):
         cfg = parallel.apply(pipe, layout, rank, torch)
     if cfg is not None and "--break-exchange" in flags:
         cfg._exchange = lambda cond, uncond: None
+    fault = next((f.split("=", 1)[1] for f in flags if f.startswith("--fault=")), None)
+    undo = None
+    if fault:
+        from types import SimpleNamespace
+
+        from pyworker import faults
+
+        undo = faults.inject(fault, SimpleNamespace(rope=("rope", 1)), pipe, torch)
     report = {}
     if fused:
         report["modules"] = fuse(pipe, "--old-processors" in flags)
-        report["parity"] = parity.figures(reference, first_step(pipe, shape, cfg), fp32)
+        report["parity"] = parity.figures(reference, first_step(pipe, shape, cfg), fp32, layout, fault)
         calls[0] = 0  # the transformer calls of the clip below only
     frames = generate(pipe, shape, cfg)
+    if undo:
+        undo()
     all_calls = [None, None]
     dist.all_gather_object(all_calls, calls[0])
     if rank == 0:

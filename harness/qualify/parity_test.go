@@ -1,0 +1,72 @@
+package qualify
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mediaqual/mediaqual/harness/check"
+	"github.com/mediaqual/mediaqual/harness/check/checktest"
+	"github.com/mediaqual/mediaqual/models/spec"
+)
+
+// figures that pass: a compiled engine within its bounds.
+func passing() *spec.Parity {
+	near, cond, lat := 0.09, 0.01, 0.3
+	return &spec.Parity{Reference: "eager, one device, before layout and engine", Served: "engine regional-compile-fused, layout single",
+		RelL2: &near, CondRelL2: &cond, MaxAbs: &lat,
+		FP32Reference: 0.073, FP32Served: 0.069, Bound: 0.146, Ceiling: 0.15,
+		CondFP32Reference: 0.02, CondFP32Served: 0.019, CondBound: 0.04, CondCeiling: 0.06,
+		MaxAbsFP32Reference: 0.2, MaxAbsFP32Served: 0.25, MaxAbsBound: 0.8, Passed: true}
+}
+
+// The serve stage reads the worker's verdict and its figures: a refusal, or figures that
+// contradict a pass, fail parity by name, with engine, layout and figures; a launch the worker
+// ended for parity fails parity, not launch.
+func TestParityIsReadFromTheFigures(t *testing.T) {
+	require.NoError(t, checkParity(passing(), "regional-compile-fused", ""))
+	require.NoError(t, checkParity(nil, "", ""), "a server that checks none")
+
+	ref := passing()
+	ref.Served, ref.RelL2, ref.CondRelL2, ref.MaxAbs = spec.IsReference, nil, nil, nil
+	ref.FP32Served, ref.CondFP32Served = ref.FP32Reference, ref.CondFP32Reference
+	require.NoError(t, checkParity(ref, "eager", ""), "eager on one device is the reference")
+
+	for name, c := range map[string]struct {
+		change func(p *spec.Parity)
+		want   string
+	}{
+		"refused": {func(p *spec.Parity) {
+			p.Passed, p.CondFP32Served, p.Failed = false, 0.1, []string{"its cond prediction is 0.1 from fp32"}
+		}, "engine regional-compile-fused, layout ulysses-2 refused by the worker's parity check: its cond prediction is 0.1 from fp32"},
+		"over its bound":  {func(p *spec.Parity) { p.CondFP32Served = 0.041 }, "the cond prediction is 0.041 from fp32, over its bound 0.04"},
+		"a widened bound": {func(p *spec.Parity) { p.Bound = 0.3 }, "the guided bound 0.3 is wider than 2 x its floor 0.073"},
+		"a broken reference": {func(p *spec.Parity) {
+			p.CondFP32Reference, p.CondBound, p.CondFP32Served = 0.5, 1, 0.6
+		}, "the cond floor 0.5 (ceiling 0.06) is over the ceiling 0.06"},
+		"a raised ceiling":  {func(p *spec.Parity) { p.Ceiling = 0.5 }, "the guided floor 0.073 (ceiling 0.5) is over the ceiling 0.15"},
+		"no floor":          {func(p *spec.Parity) { p.CondFP32Reference = 0 }, "the cond floor 0 is not a measured distance"},
+		"latents":           {func(p *spec.Parity) { p.MaxAbsFP32Served = 0.9 }, "the latents are up to 0.9 from fp32's, over their bound 0.8"},
+		"latents' bound":    {func(p *spec.Parity) { p.MaxAbsBound = 2 }, "the latents' bound 2 is wider than 4 x their floor 0.2"},
+		"a zero for itself": {func(p *spec.Parity) { p.Served = spec.IsReference }, `served "is the reference" with figures against eager of another runtime`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := passing()
+			c.change(p)
+			err := checkParity(p, "regional-compile-fused", "ulysses-2")
+			require.Error(t, err)
+			checktest.Failed(t, err, "parity")
+			assert.Contains(t, err.Error(), c.want)
+			assert.Contains(t, err.Error(), "engine regional-compile-fused, layout ulysses-2")
+			assert.Contains(t, err.Error(), "to fp32, served (eager bf16) / bound: cond ", "the figures")
+		})
+	}
+
+	err := launchFailure(errors.New("server exited before ready: exit 1\nqwenimage-adapter: fatal: parity: engine regional-compile-fused, layout single (fault rope-shifted) differs from eager on one device: its cond prediction ..."))
+	checktest.Failed(t, err, "parity")
+	assert.Equal(t, []string{"parity"}, check.Names(err))
+	assert.Contains(t, err.Error(), "fault rope-shifted")
+	assert.Equal(t, []string{"launch"}, check.Names(launchFailure(errors.New("server not ready after 5m0s"))))
+}
