@@ -8,13 +8,9 @@ package mediaqual_test
 //go:generate go run ./cmd/casegen
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -71,7 +67,7 @@ func runAll(m *testing.M) int {
 	}
 	out := config.ReportDir
 	if out != "" {
-		if err := replaceable(out); err != nil {
+		if err := reports.Replaceable(out); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
@@ -97,14 +93,14 @@ func runAll(m *testing.M) int {
 	if out == "" || len(rows) == 0 {
 		return code
 	}
-	shown, err := movedTo(rows, config.ReportDir, out)
+	shown, err := reports.Moved(rows, config.ReportDir, out)
 	if err == nil {
 		_, err = reports.WriteFiles(config.ReportDir, reports.Report{
 			Generated: time.Now(), Command: casegen.RunCommand(os.Args, buildTags), Interrupted: why, Rows: shown, Inventory: models.Inventory(),
 		})
 	}
 	if err == nil {
-		err = replaceDir(out, config.ReportDir)
+		err = reports.ReplaceDir(out, config.ReportDir)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "writing reports:", err)
@@ -114,67 +110,6 @@ func runAll(m *testing.M) int {
 		fmt.Println("report:", filepath.Join(out, name))
 	}
 	return code
-}
-
-// movedTo is rows as the report shows them once the staging directory has become out: every
-// path the cases recorded under staging (the AIPerf command's files, case files named in
-// messages) names its place under out, where it will be. Done on the rows' JSON, so that no
-// field is missed.
-func movedTo(rows []reports.Row, staging, out string) ([]reports.Row, error) {
-	b, err := json.Marshal(rows)
-	if err != nil {
-		return nil, err
-	}
-	absStaging, err := filepath.Abs(staging)
-	if err != nil {
-		return nil, err
-	}
-	absOut, err := filepath.Abs(out)
-	if err != nil {
-		return nil, err
-	}
-	for _, p := range [][2]string{{absStaging, absOut}, {staging, out}} {
-		from, _ := json.Marshal(p[0]) // a string always marshals
-		to, _ := json.Marshal(p[1])
-		// Inside the quotes: the JSON string forms of the two paths.
-		b = bytes.ReplaceAll(b, from[1:len(from)-1], to[1:len(to)-1])
-	}
-	var shown []reports.Row
-	return shown, json.Unmarshal(b, &shown)
-}
-
-// replaceable refuses a report directory the run's report may not replace: one that holds
-// files but no report (results.json), such as a home directory named by mistake.
-func replaceable(dir string) error {
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) || (err == nil && len(entries) == 0) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if _, err := os.Stat(filepath.Join(dir, "results.json")); err != nil {
-		return fmt.Errorf("MEDIAQUAL_REPORT_DIR=%s holds %s and no previous report (results.json): the run's report replaces the whole directory, so name an empty or new one", dir, entries[0].Name())
-	}
-	return nil
-}
-
-// replaceDir puts directory src where dst is and removes what dst held, each step a rename
-// within one parent directory: dst is at every moment the old report whole, or the new one
-// (or, between the two renames, absent), never a mix.
-func replaceDir(dst, src string) error {
-	if err := os.Chmod(src, 0o755); err != nil {
-		return err
-	}
-	old := src + ".old"
-	if err := os.Rename(dst, old); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	if err := os.Rename(src, dst); err != nil {
-		_ = os.Rename(old, dst)
-		return err
-	}
-	return os.RemoveAll(old)
 }
 
 // configure reads the environment and builds mediaserve into dir unless a prebuilt one is named.
@@ -238,18 +173,4 @@ func record(row reports.Row) {
 	rowsMu.Lock()
 	defer rowsMu.Unlock()
 	rows = append(rows, row)
-}
-
-// TestGeneratedCasesAreCurrent fails when the inventory changed without `go generate`.
-func TestGeneratedCasesAreCurrent(t *testing.T) {
-	files, err := casegen.Files()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, want := range files {
-		got, err := os.ReadFile(name)
-		if err != nil || !bytes.Equal(got, want) {
-			t.Errorf("%s is stale against the inventory: run go generate .", name)
-		}
-	}
 }

@@ -13,7 +13,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 )
 
 // htmlPicture is a Picture ready for the page: its bytes inlined, or why they are missing.
@@ -125,12 +124,11 @@ func outcomeClass(o string) string {
 // table, each row's details, pictures and commands, and the inventory. It returns its path.
 func WriteHTML(dir string, r Report) (string, error) {
 	page := htmlPage{
-		Generated:        r.Generated.UTC().Format(time.RFC3339),
-		Command:          r.Command,
 		Columns:          summaryColumns,
 		InventoryColumns: inventoryColumns,
 		Inventory:        inventoryRows(r.Inventory),
 	}
+	page.Generated, page.Command = provenance(r)
 	if r.Interrupted != "" {
 		page.Interrupted = InterruptedBanner(r.Interrupted)
 	}
@@ -173,7 +171,7 @@ const pageHTML = `<!DOCTYPE html>
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>mediaqual results {{.Generated}}</title>
+<title>mediaqual results{{with .Generated}} {{.}}{{end}}</title>
 <style>
 :root { --ink: #1b1f24; --muted: #57606a; --rule: #d0d7de; --faint: #f6f8fa; }
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; color: var(--ink); margin: 0; background: #fff; }
@@ -214,7 +212,7 @@ figure img { max-width: 100%; height: auto; border: 1px solid var(--rule); displ
 <main>
 <header>
 <h1>mediaqual results</h1>
-<p class="meta">Generated {{.Generated}} by <code>{{.Command}}</code></p>
+{{if or .Generated .Command}}<p class="meta">Generated{{with .Generated}} {{.}}{{end}}{{with .Command}} by <code>{{.}}</code>{{end}}</p>{{end}}
 {{if .Interrupted}}<p class="label notmodel"><strong>{{.Interrupted}}</strong></p>{{end}}
 <nav>{{range .Rows}}<a href="#{{.Anchor}}">{{.Checkpoint}}</a>{{end}}<a href="#inventory">inventory</a></nav>
 </header>

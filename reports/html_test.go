@@ -118,14 +118,14 @@ func demoReport(t *testing.T, dir string) Report {
 					TaskP95MS: 73.4, OverheadP50MS: 233, PollIntervalMS: 100, ItemsPerSecond: 3.3, FramesPerSecond: 56, PeakMemoryMB: 41, Source: "AIPerf"},
 				AIPerfCommand: "aiperf profile --model ref-t2v --endpoint-type video_generation --request-count 4",
 				Command:       "go test -count=1 -run '^TestRef_t2v$' .", Started: started, Duration: "41s",
-				Pictures: []Picture{{ContactSheetKind, sheetTitle, "cases/ref-t2v/contact-sheet-1.png"},
-					{LatencyKind, latencyTitle, "cases/ref-t2v/latency.png"}}},
+				Pictures: []Picture{{Kind: ContactSheetKind, Title: sheetTitle, Path: "cases/ref-t2v/contact-sheet-1.png"},
+					{Kind: LatencyKind, Title: latencyTitle, Path: "cases/ref-t2v/latency.png"}}},
 			{Checkpoint: "ref-edit", Family: "reference", Workload: spec.ImageEdit, Profile: "reference/L0",
 				Label: Label("reference/L0"), Precision: "uint8", Status: spec.Implemented, Outcome: Passed, Settings: &edit,
 				Stages: []Stage{{Name: "inventory", Passed: true}, {Name: "artifacts", Passed: true, Message: "4 edits fetched and verified"},
 					{Name: "influence", Passed: true, Message: "a different reference changes the output"}},
 				Command: "go test -count=1 -run '^TestRef_edit$' .", Started: started, Duration: "12s",
-				Pictures: []Picture{{EditStripKind, stripTitle, "cases/ref-edit/edit-strip-1.png"}}},
+				Pictures: []Picture{{Kind: EditStripKind, Title: stripTitle, Path: "cases/ref-edit/edit-strip-1.png"}}},
 			{Checkpoint: "Wan-AI/Wan2.1-T2V-1.3B", Family: "wan", Workload: spec.TextToVideo, Profile: "L0-random",
 				Label: Label("L0-random"), Precision: "bf16", Status: spec.Planned, Outcome: NotRun,
 				Note: "needs -tags gpu and a GPU host", Command: "go test -tags gpu -count=1 -run '^TestWan2_1_T2V_1_3B$' ."},
@@ -149,7 +149,7 @@ func TestWriteHTMLIsOneSelfContainedEscapedPage(t *testing.T) {
 	r := demoReport(t, dir)
 	r.Rows = append(r.Rows, Row{Checkpoint: `evil/<script>alert(1)</script>`, Profile: "full", Label: "model", Outcome: Failed,
 		Command:  `go test -run 'x' . && echo "<b>"`,
-		Pictures: []Picture{{LatencyKind, "gone", "cases/evil/missing.png"}, {LatencyKind, "outside", "../../etc/passwd"}}})
+		Pictures: []Picture{{Kind: LatencyKind, Title: "gone", Path: "cases/evil/missing.png"}, {Kind: LatencyKind, Title: "outside", Path: "../../etc/passwd"}}})
 	path, err := WriteHTML(dir, r)
 	require.NoError(t, err)
 	assert.Equal(t, filepath.Join(dir, "index.html"), path)

@@ -168,16 +168,25 @@ func placePicture(dir, src string, shard int, rel string, claimed map[string][32
 		}
 	}
 	claimed[dst] = sum
-	to := filepath.Join(dir, filepath.FromSlash(dst))
-	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
-		return "", err
-	}
+	return dst, copyFile(filepath.Join(src, filepath.FromSlash(rel)), filepath.Join(dir, filepath.FromSlash(dst)))
+}
+
+// copyFile puts from's bytes at to, creating its directory, unless the two are one file (a
+// report merged, or written, into the directory its pictures are in).
+func copyFile(from, to string) error {
 	if fi, err := os.Stat(to); err == nil {
-		if si, err := os.Stat(filepath.Join(src, filepath.FromSlash(rel))); err == nil && os.SameFile(fi, si) {
-			return dst, nil // merging into the shard's own directory
+		if si, err := os.Stat(from); err == nil && os.SameFile(fi, si) {
+			return nil
 		}
 	}
-	return dst, writeFileAtomic(to, b)
+	b, err := os.ReadFile(from)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+		return err
+	}
+	return writeFileAtomic(to, b)
 }
 
 func writeFileAtomic(name string, b []byte) error {

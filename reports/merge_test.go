@@ -74,7 +74,7 @@ func writeShard(t *testing.T, r Report, pic string, colour int) string {
 	t.Helper()
 	dir := t.TempDir()
 	for i := range r.Rows {
-		r.Rows[i].Pictures = []Picture{{LatencyKind, "latency", pic}}
+		r.Rows[i].Pictures = []Picture{{Kind: LatencyKind, Title: "latency", Path: pic}}
 	}
 	require.NoError(t, WritePNG(filepath.Join(dir, pic), uniformFrames(colour+1, 4, 4)[colour]))
 	b, err := json.Marshal(r)

@@ -34,6 +34,10 @@ type Picture struct {
 	Kind  string `json:"kind"` // ContactSheetKind, EditStripKind or LatencyKind
 	Title string `json:"title"`
 	Path  string `json:"path"` // relative to the report directory, slash-separated
+	// Source is where the file is while it may not be under the report directory yet (an
+	// absolute path, set by whoever drew it): WriteFiles copies it to Path under the directory
+	// it writes, whichever that is. Never in results.json, whose pictures are under it.
+	Source string `json:"-"`
 }
 
 // MaxPictureWidth bounds the width of every picture this package draws.

@@ -41,6 +41,20 @@ type Stage struct {
 	Check string `json:"check,omitempty"`
 	// Checks are all the checks that failed it, Check first (a stage may fail several).
 	Checks []string `json:"checks,omitempty"`
+	// NotRun says the stage did not run (no native path here, the run interrupted): it
+	// neither passed nor failed, and Message says why.
+	NotRun bool `json:"not_run,omitempty"`
+}
+
+// Mark is how a stage reads in a report: ok, FAIL or not run.
+func (s Stage) Mark() string {
+	switch {
+	case s.NotRun:
+		return "not run"
+	case s.Passed:
+		return "ok"
+	}
+	return "FAIL"
 }
 
 // Timing holds figures over measured requests only (no warmup, load or start-up).
@@ -227,10 +241,27 @@ func SortRows(rows []Row) {
 }
 
 // WriteFiles writes results.json, results.md and index.html (WriteHTML) into dir and returns
-// their paths. Pictures named by the rows must already be under dir.
+// their paths. A picture with a Source is copied to its Path under dir first; one without must
+// already be there. A report without a Generated time is stamped now.
 func WriteFiles(dir string, r Report) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
+	}
+	for _, row := range r.Rows {
+		for _, p := range row.Pictures {
+			if p.Source == "" {
+				continue
+			}
+			if !filepath.IsLocal(filepath.FromSlash(p.Path)) {
+				return nil, fmt.Errorf("picture path %q is not inside the report directory", p.Path)
+			}
+			if err := copyFile(p.Source, filepath.Join(dir, filepath.FromSlash(p.Path))); err != nil {
+				return nil, fmt.Errorf("picture %s: %w", p.Title, err)
+			}
+		}
+	}
+	if r.Generated.IsZero() {
+		r.Generated = time.Now()
 	}
 	SortRows(r.Rows)
 	js := filepath.Join(dir, "results.json")
@@ -260,6 +291,15 @@ func WriteFiles(dir string, r Report) ([]string, error) {
 	return []string{js, md, html}, nil
 }
 
+// provenance is when the report was generated (RFC 3339, UTC) and by which command, each ""
+// when the report does not say (a Report built by hand).
+func provenance(r Report) (when, command string) {
+	if !r.Generated.IsZero() {
+		when = r.Generated.UTC().Format(time.RFC3339)
+	}
+	return when, r.Command
+}
+
 // InterruptedBanner is what results.md and index.html say above the rows of an interrupted run.
 func InterruptedBanner(why string) string {
 	return "INTERRUPTED (" + why + "): this run did not finish. Rows outcome " + Interrupted +
@@ -269,7 +309,17 @@ func InterruptedBanner(why string) string {
 // Markdown renders the result rows, each row's details, and the inventory table.
 func Markdown(w io.Writer, r Report) error {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
-	p("# mediaqual results\n\nGenerated %s by `%s`.\n\n", r.Generated.UTC().Format(time.RFC3339), r.Command)
+	p("# mediaqual results\n\n")
+	if when, cmd := provenance(r); when != "" || cmd != "" {
+		p("Generated")
+		if when != "" {
+			p(" %s", when)
+		}
+		if cmd != "" {
+			p(" by `%s`", cmd)
+		}
+		p(".\n\n")
+	}
 	if r.Interrupted != "" {
 		p("**%s**\n\n", InterruptedBanner(r.Interrupted))
 	}

@@ -17,11 +17,7 @@ var summaryColumns = []string{"checkpoint", "label", "outcome", "inventory statu
 func summaryCells(row Row) []string {
 	stages := make([]string, len(row.Stages))
 	for i, s := range row.Stages {
-		mark := "ok"
-		if !s.Passed {
-			mark = "FAIL"
-		}
-		stages[i] = s.Name + " " + mark
+		stages[i] = s.Name + " " + s.Mark()
 	}
 	tm, thr := "—", "—"
 	task, over := "—", "—"
@@ -115,8 +111,8 @@ func details(row Row) []detail {
 			poll += fmt.Sprintf(", each held by the server until the job changed (at most %.0f ms)", t.PollHoldMS)
 		}
 		add(fmt.Sprintf("timing (%d measured requests, client latency from %s)", t.Requests, t.Source),
-			"client p50 %.1f / p95 %.1f / max %.1f ms; Task p50 %.1f / p95 %.1f ms; overhead p50 %.1f ms%s; %s; peak memory %.0f MB",
-			t.ClientP50MS, t.ClientP95MS, t.ClientMaxMS, t.TaskP50MS, t.TaskP95MS, t.OverheadP50MS, poll, throughput(row.Workload, t), t.PeakMemoryMB)
+			"client p50 %.1f / p95 %.1f / max %.1f ms; Task p50 %.1f / p95 %.1f ms; overhead p50 %.1f ms%s; %s; %s",
+			t.ClientP50MS, t.ClientP95MS, t.ClientMaxMS, t.TaskP50MS, t.TaskP95MS, t.OverheadP50MS, poll, throughput(row.Workload, t), peakMemory(t.PeakMemoryMB))
 		if len(t.Parts) > 0 {
 			parts := make([]string, len(t.Parts))
 			for i, p := range t.Parts {
@@ -134,11 +130,11 @@ func details(row Row) []detail {
 	}
 	for _, s := range row.Stages {
 		if s.Message != "" {
-			mark := "ok"
-			if !s.Passed {
+			mark := s.Mark()
+			if mark == "FAIL" {
 				mark = "FAILED"
 			}
-			ds = append(ds, detail{Name: s.Name + " " + mark, Text: s.Message, Stage: true, Failed: !s.Passed})
+			ds = append(ds, detail{Name: s.Name + " " + mark, Text: s.Message, Stage: true, Failed: !s.Passed && !s.NotRun})
 		}
 	}
 	if row.AIPerfCommand != "" {
@@ -179,4 +175,13 @@ func inventoryRows(inv []spec.Entry) []inventoryRow {
 		}
 	}
 	return rows
+}
+
+// peakMemory is the server's peak accelerator memory; 0 is what a server reports when it
+// measures none (a CPU Task), so it is not shown as a figure.
+func peakMemory(mb float64) string {
+	if mb <= 0 {
+		return "peak memory not reported"
+	}
+	return fmt.Sprintf("peak memory %.0f MB", mb)
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"unicode/utf8"
 )
 
 // apiError is the OpenAI error envelope's body plus the HTTP status that carries it.
@@ -29,7 +30,22 @@ func errf(status int, code, param, format string, args ...any) *apiError {
 	case status == http.StatusNotFound:
 		typ = "not_found_error"
 	}
-	return &apiError{Status: status, Type: typ, Param: param, Code: code, Message: fmt.Sprintf(format, args...)}
+	return &apiError{Status: status, Type: typ, Param: excerpt(param), Code: code, Message: bounded(fmt.Sprintf(format, args...))}
+}
+
+// maxMessageBytes bounds an error's message, which may quote what the client sent: the
+// answer and its ledger line stay small whatever the input.
+const maxMessageBytes = 1 << 10
+
+func bounded(msg string) string {
+	if len(msg) <= maxMessageBytes {
+		return msg
+	}
+	cut := maxMessageBytes
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s…(%d bytes)", msg[:cut], len(msg))
 }
 
 func invalid(param, format string, args ...any) *apiError {

@@ -38,6 +38,12 @@ var Faults = map[string]string{
 	"delete-leaves-files": "DELETE answers deleted but leaves the artifact on disk",
 	"latency-spike":       "the third job of a size waits 3 s before its Task runs",
 	"delete-keeps-job":    "DELETE answers deleted but the job stays",
+	"content-undeleted":   "DELETE forgets the job, but its content keeps downloading (served from a copy the delete does not reach)",
+	"downscaled":          "frames are encoded at half their detail: each 2x2 box's mean written over the box (the size asked, a clip half the size)",
+	"limited-range":       "frames are encoded with their levels squeezed into 16..235 (a full-range picture written as limited range)",
+	"inference-ms":        "inference_time_s reports the Task in milliseconds where seconds are meant (timing untouched)",
+	"inference-halved":    "inference_time_s reports half the Task's time (timing untouched)",
+	"task-is-total":       "the ledger records the server's whole time (total_ms) as the Task-call wall, hiding its overhead",
 	"ledger-wrong-digest": "the ledger records a digest that is not the artifact's",
 	"no-task-wall":        "the ledger records no Task-call wall",
 	"task-overstated":     "the ledger records every Task-call wall 10 s longer than it was (a server hiding its overhead)",
@@ -68,6 +74,7 @@ type fault struct {
 	polled     sync.Map // job id -> struct{}: for poll-500, which fails only the first poll
 	downloaded sync.Map // job id -> struct{}: for refetch-fails
 	shapes     sync.Map // output and reference sizes served: for history-bytes
+	kept       sync.Map // job id -> artifact path: for content-undeleted
 }
 
 func newFault(name string) (*fault, error) {
@@ -183,6 +190,14 @@ func (f *fault) frames(v spec.Video, req spec.Request) spec.Video {
 			}
 		}
 		return c
+	case f.is("downscaled"):
+		return boxed(v, 2)
+	case f.is("limited-range"):
+		pix := make([]byte, len(v.Pix))
+		for i, p := range v.Pix {
+			pix[i] = uint8(16 + (int(p)*219+127)/255)
+		}
+		v.Pix = pix
 	case f.is("nondeterministic"):
 		pix := append([]byte(nil), v.Pix...)
 		for k := 0; k < 16*v.N; k++ {
@@ -271,7 +286,70 @@ func (f *fault) ledgerLine(e *LedgerEntry) {
 		e.Timing.TaskCallWallMS = 0
 	case f.is("task-overstated") && e.Timing != nil:
 		e.Timing.TaskCallWallMS += 10000
+	case f.is("task-is-total") && e.Timing != nil:
+		e.Timing.TaskCallWallMS = e.Timing.TotalMS
 	}
+}
+
+// boxed is v with each k x k box's mean written over the box: its size, the detail of a clip k
+// times smaller.
+func boxed(v spec.Video, k int) spec.Video {
+	o := spec.Video{W: v.W, H: v.H, N: v.N, Pix: make([]byte, len(v.Pix))}
+	for i := range v.N {
+		src, dst := v.Frame(i), o.Frame(i)
+		for by := 0; by < v.H; by += k {
+			for bx := 0; bx < v.W; bx += k {
+				for c := range 3 {
+					sum, n := 0, 0
+					for y := by; y < min(by+k, v.H); y++ {
+						for x := bx; x < min(bx+k, v.W); x++ {
+							sum += int(src[3*(y*v.W+x)+c])
+							n++
+						}
+					}
+					for y := by; y < min(by+k, v.H); y++ {
+						for x := bx; x < min(bx+k, v.W); x++ {
+							dst[3*(y*v.W+x)+c] = uint8((sum + n/2) / n)
+						}
+					}
+				}
+			}
+		}
+	}
+	return o
+}
+
+// inferenceTime is the inference_time_s a finished job reports for a Task of s seconds.
+func (f *fault) inferenceTime(s float64) float64 {
+	switch {
+	case f.is("inference-ms"):
+		return s * 1000
+	case f.is("inference-halved"):
+		return s / 2
+	}
+	return s
+}
+
+// keepContent says whether a deleted job's artifact stays on disk, kept to be served after the
+// delete (content-undeleted) or left behind (delete-leaves-files).
+func (f *fault) keepContent(id, path string) bool {
+	if f.is("content-undeleted") {
+		f.kept.Store(id, path)
+		return true
+	}
+	return f.is("delete-leaves-files")
+}
+
+// keptContent is the artifact content-undeleted still serves for a deleted job.
+func (f *fault) keptContent(id string) (string, bool) {
+	if !f.is("content-undeleted") {
+		return "", false
+	}
+	path, ok := f.kept.Load(id)
+	if !ok {
+		return "", false
+	}
+	return path.(string), true
 }
 
 // load fails loading for load-fails.

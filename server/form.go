@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +8,7 @@ import (
 	"mime"
 	"mime/multipart"
 	"net/http"
+	"os"
 	"strings"
 )
 
@@ -19,12 +19,20 @@ type form struct {
 	files  map[string][][]byte
 }
 
-const maxFieldBytes = 64 << 10
+// Bounds on a body's shape, checked as it is read, so no request makes the server hold more
+// than its own limits whatever it declares: a text value's bytes, the fields and file parts of
+// a form, and a field name's length.
+const (
+	maxFieldBytes = 64 << 10
+	maxFields     = 32
+	maxFileParts  = 2
+	maxNameBytes  = 64
+)
 
 // readForm reads a JSON or multipart body (as allowed) into a form. Bodies are bounded by the
-// caller's MaxBytesReader, of maxBody bytes; uploads stay in memory so no temporary file can
+// caller's MaxBytesReader; uploads stay in memory, charged to mem, so no temporary file can
 // outlive a request.
-func readForm(r *http.Request, allowJSON bool, maxBody int64) (*form, *apiError) {
+func readForm(r *http.Request, allowJSON bool, mem *reservation) (*form, *apiError) {
 	ct := r.Header.Get("Content-Type")
 	mt, params, err := mime.ParseMediaType(ct)
 	supported := "multipart/form-data"
@@ -47,12 +55,20 @@ func readForm(r *http.Request, allowJSON bool, maxBody int64) (*form, *apiError)
 		if params["boundary"] == "" {
 			return nil, invalid("", "multipart/form-data without a boundary")
 		}
-		return readMultipart(multipart.NewReader(r.Body, params["boundary"]), params["boundary"], min(r.ContentLength, maxBody))
+		return readMultipart(multipart.NewReader(r.Body, params["boundary"]), params["boundary"], mem)
 	}
 	return nil, errf(http.StatusUnsupportedMediaType, "unsupported_media_type", "", "Content-Type %q is not supported; send %s", mt, supported)
 }
 
+// bodyError names why reading the body failed: over its limit (413), over the memory budget
+// (429), or otherwise malformed (400).
 func bodyError(err error) *apiError {
+	if ae := overBudget(err); ae != nil {
+		return ae
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return errf(http.StatusRequestTimeout, "request_timeout", "", "the request body arrived slower than the server accepts: %v", err)
+	}
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
 		return errf(http.StatusRequestEntityTooLarge, "request_too_large", "", "request body exceeds %d bytes", mbe.Limit)
@@ -60,13 +76,14 @@ func bodyError(err error) *apiError {
 	return invalid("", "reading request body: %v", err)
 }
 
-// readJSON reads one JSON object token by token so that a key given twice is rejected (as in
-// multipart) rather than silently resolved to its last value.
+// readJSON reads one JSON object token by token: a key given twice is rejected (as in
+// multipart) rather than silently resolved to its last value, and a value that is an object or
+// an array is refused at its first byte, before any of it is read.
 func readJSON(body io.Reader) (*form, *apiError) {
 	dec := json.NewDecoder(body)
 	dec.UseNumber()
 	notObject := func(err error) *apiError {
-		if ae := bodyError(err); ae.Code == "request_too_large" {
+		if ae := bodyError(err); ae.Status != http.StatusBadRequest {
 			return ae
 		}
 		return invalid("", "body is not a JSON object: %v", err)
@@ -76,7 +93,7 @@ func readJSON(body io.Reader) (*form, *apiError) {
 		return nil, notObject(err)
 	}
 	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return nil, invalid("", "body is not a JSON object: it starts with %v", tok)
+		return nil, invalid("", "body is not a JSON object: it starts with %s", excerpt(fmt.Sprint(tok)))
 	}
 	f := &form{values: map[string]string{}}
 	seen := map[string]bool{}
@@ -87,10 +104,13 @@ func readJSON(body io.Reader) (*form, *apiError) {
 		}
 		k, ok := tok.(string)
 		if !ok {
-			return nil, invalid("", "body is not a JSON object: unexpected %v", tok)
+			return nil, invalid("", "body is not a JSON object: unexpected %s", excerpt(fmt.Sprint(tok)))
 		}
-		var v any
-		if err := dec.Decode(&v); err != nil {
+		if e := checkName(k, len(seen)); e != nil {
+			return nil, e
+		}
+		v, err := dec.Token()
+		if err != nil {
 			return nil, notObject(err)
 		}
 		if seen[k] {
@@ -100,13 +120,23 @@ func readJSON(body io.Reader) (*form, *apiError) {
 		switch v := v.(type) {
 		case nil: // an explicit null is the same as leaving the field out
 		case string:
+			if len(v) > maxFieldBytes {
+				return nil, invalid(k, "field %q is longer than %d bytes", k, maxFieldBytes)
+			}
 			f.values[k] = v
 		case json.Number:
+			if len(v) > maxFieldBytes {
+				return nil, invalid(k, "field %q is longer than %d bytes", k, maxFieldBytes)
+			}
 			f.values[k] = v.String()
 		case bool:
 			f.values[k] = fmt.Sprint(v)
-		default:
-			return nil, invalid(k, "%s must be a string or a number, not %s", k, jsonKind(v))
+		case json.Delim: // '{' or '['; nothing of it is read
+			kind := "an object"
+			if v == '[' {
+				kind = "an array"
+			}
+			return nil, invalid(k, "%s must be a string or a number, not %s", k, kind)
 		}
 	}
 	if _, err := dec.Token(); err != nil { // the closing brace
@@ -115,34 +145,38 @@ func readJSON(body io.Reader) (*form, *apiError) {
 	switch _, err := dec.Token(); {
 	case err == io.EOF:
 		return f, nil
-	case err != nil && bodyError(err).Code == "request_too_large":
+	case err != nil && bodyError(err).Status != http.StatusBadRequest:
 		return nil, bodyError(err)
 	}
 	return nil, invalid("", "body has data after the JSON object")
 }
 
-func jsonKind(v any) string {
-	switch v.(type) {
-	case map[string]any:
-		return "an object"
-	case []any:
-		return "an array"
+// checkName refuses a field name longer than maxNameBytes, and a field beyond the first
+// maxFields (have: the fields so far), naming it by an excerpt.
+func checkName(name string, have int) *apiError {
+	if len(name) > maxNameBytes {
+		return unsupportedParam(excerpt(name), "field name %q is longer than %d bytes", excerpt(name), maxNameBytes)
 	}
-	return fmt.Sprintf("%T", v)
+	if have >= maxFields {
+		return invalid(name, "the body has more than %d fields", maxFields)
+	}
+	return nil
 }
 
-// readMultipart reads the parts of mr. size is the body's declared length (-1: unknown): a file
-// part is read into a buffer of that capacity, not grown to it (a 1024² upload took a dozen
-// doublings and copies on an edit's critical path); MaxBytesReader still bounds what is read.
-func readMultipart(mr *multipart.Reader, boundary string, size int64) (*form, *apiError) {
+// readMultipart reads the parts of mr: at most maxFields text fields of at most maxFieldBytes
+// each, and at most maxFileParts files, whose buffers grow as their bytes arrive (never sized
+// from a declared length) and are charged to mem as they grow; the caller's MaxBytesReader
+// bounds the whole body.
+func readMultipart(mr *multipart.Reader, boundary string, mem *reservation) (*form, *apiError) {
 	f := &form{values: map[string]string{}, files: map[string][][]byte{}}
+	nfiles := 0
 	for parts := 0; ; parts++ {
 		p, err := mr.NextPart()
 		if err == io.EOF {
 			return f, nil
 		}
 		if err != nil {
-			if ae := bodyError(err); ae.Code == "request_too_large" {
+			if ae := bodyError(err); ae.Status != http.StatusBadRequest {
 				return nil, ae
 			}
 			if parts == 0 {
@@ -155,23 +189,26 @@ func readMultipart(mr *multipart.Reader, boundary string, size int64) (*form, *a
 			return nil, invalid("", "multipart part without a form field name")
 		}
 		isFile := p.FileName() != "" || strings.HasPrefix(p.Header.Get("Content-Type"), "image/")
-		var data []byte
-		if isFile && size > 0 {
-			b := bytes.NewBuffer(make([]byte, 0, size+bytes.MinRead)) // ReadFrom grows below MinRead free
-			_, err = b.ReadFrom(p)
-			data, size = b.Bytes(), -1 // one such buffer a request
-		} else {
-			data, err = io.ReadAll(p)
+		if e := checkName(name, parts-nfiles); e != nil && (!isFile || len(name) > maxNameBytes) {
+			return nil, e
 		}
+		if isFile {
+			if nfiles++; nfiles > maxFileParts {
+				return nil, unsupportedValue(name, "at most %d file parts are accepted (one reference image)", maxFileParts)
+			}
+			data, e := readFile(p, name, mem)
+			if e != nil {
+				return nil, e
+			}
+			f.files[name] = append(f.files[name], data)
+			continue
+		}
+		data, err := io.ReadAll(io.LimitReader(p, maxFieldBytes+1))
 		if err != nil {
-			if ae := bodyError(err); ae.Code == "request_too_large" {
+			if ae := bodyError(err); ae.Status != http.StatusBadRequest {
 				return nil, ae
 			}
 			return nil, invalid(name, "reading multipart field %q: %v", name, err)
-		}
-		if isFile {
-			f.files[name] = append(f.files[name], data)
-			continue
 		}
 		if len(data) > maxFieldBytes {
 			return nil, invalid(name, "field %q is longer than %d bytes", name, maxFieldBytes)
@@ -180,5 +217,31 @@ func readMultipart(mr *multipart.Reader, boundary string, size int64) (*form, *a
 			return nil, invalid(name, "field %q is given more than once", name)
 		}
 		f.values[name] = string(data)
+	}
+}
+
+// readFile reads a file part into a buffer that doubles as it fills, each growth charged to
+// mem first: an upload the memory budget cannot hold is refused (429) as it arrives.
+func readFile(r io.Reader, name string, mem *reservation) ([]byte, *apiError) {
+	var buf []byte
+	for {
+		if len(buf) == cap(buf) {
+			grown := max(64<<10, 2*cap(buf))
+			if e := mem.take(int64(grown - cap(buf))); e != nil {
+				return nil, e
+			}
+			buf = append(make([]byte, 0, grown), buf...)
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			if ae := bodyError(err); ae.Status != http.StatusBadRequest {
+				return nil, ae
+			}
+			return nil, invalid(name, "reading multipart field %q: %v", name, err)
+		}
 	}
 }

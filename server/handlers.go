@@ -29,10 +29,10 @@ type requestInfo struct {
 	bodyRead                              time.Time // the body was in: the client's upload ends here
 }
 
-func newRequestInfo(r *http.Request, route string, received, bodyRead time.Time) requestInfo {
+func (s *Server) newRequestInfo(r *http.Request, route string, received, bodyRead time.Time) requestInfo {
 	return requestInfo{
-		requestID: requestID(r), correlationID: r.Header.Get("X-Correlation-ID"),
-		route: route, base: baseURL(r), inputs: map[string]string{}, received: received, bodyRead: bodyRead,
+		requestID: requestID(r), correlationID: correlationID(r),
+		route: route, base: s.cfg.PublicURL, inputs: map[string]string{}, received: received, bodyRead: bodyRead,
 	}
 }
 
@@ -61,8 +61,8 @@ func (s *Server) laneFor(model string, want spec.Capability) (*lane, *apiError) 
 func (s *Server) createVideo(w http.ResponseWriter, r *http.Request) {
 	const route = "POST /v1/videos"
 	received := time.Now()
-	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
-	f, e := readForm(r, true, s.cfg.MaxBodyBytes)
+	f, held, e := s.readBody(w, r, true, min(s.cfg.MaxBodyBytes, maxVideoBody))
+	held.release() // a video takes no file: nothing of the body is kept
 	bodyRead := time.Now()
 	if e != nil {
 		s.reject(w, r, route, "", e)
@@ -85,7 +85,7 @@ func (s *Server) createVideo(w http.ResponseWriter, r *http.Request) {
 		s.reject(w, r, route, model, e)
 		return
 	}
-	info := newRequestInfo(r, route, received, bodyRead)
+	info := s.newRequestInfo(r, route, received, bodyRead)
 	info.inputs["prompt_sha256"] = digest([]byte(settings.Prompt))
 	j := s.newJob("video_", ".mp4", spec.TextToVideo, l, spec.Request{Settings: settings}, info)
 	if !s.admit(w, r, route, j) {
@@ -103,7 +103,7 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, route string, j *
 	if e == nil {
 		return true
 	}
-	if e.Code == "server_busy" {
+	if e.Status == http.StatusTooManyRequests {
 		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(wait)))
 	}
 	s.reject(w, r, route, j.lane.model.Checkpoint.ID, e)
@@ -130,7 +130,7 @@ func (s *Server) videoObject(j *job) map[string]any {
 	if p := j.product; p != nil {
 		o["url"] = j.base + "/v1/videos/" + j.id + "/content"
 		o["actual"] = p.Actual
-		o["inference_time_s"] = p.TaskWall.Seconds() // AIPerf reads these two
+		o["inference_time_s"] = s.fault.inferenceTime(p.TaskWall.Seconds()) // AIPerf reads these two
 		o["peak_memory_mb"] = p.PeakMemoryMB
 		o["sha256"] = p.SHA256
 	}
@@ -239,6 +239,10 @@ func (s *Server) imageContent(w http.ResponseWriter, r *http.Request) {
 func (s *Server) serveArtifact(w http.ResponseWriter, r *http.Request, kind spec.Capability, contentType string) {
 	s.mu.Lock()
 	j, e := s.lookup(r.PathValue("id"), kind)
+	if kept, ok := s.fault.keptContent(r.PathValue("id")); e != nil && ok {
+		e = nil
+		j = &job{id: r.PathValue("id"), path: kept, product: &Product{}}
+	}
 	if e == nil && j.product == nil {
 		e = errf(http.StatusConflict, "job_not_complete", "id", "%s is %s; content exists only once it is completed", j.id, j.status)
 	}
@@ -263,6 +267,7 @@ func (s *Server) serveArtifact(w http.ResponseWriter, r *http.Request, kind spec
 	w.Header().Set("Content-Type", contentType)
 	if st, err := f.Stat(); err == nil {
 		w.Header().Set("Content-Length", strconv.FormatInt(st.Size(), 10))
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.writeTime(st.Size())))
 	}
 	_, _ = io.Copy(w, f)
 }
@@ -290,53 +295,55 @@ func (s *Server) deleteJob(w http.ResponseWriter, r *http.Request, kind spec.Cap
 		return
 	}
 	s.ledger.write(LedgerEntry{
-		Event: "delete", RequestID: requestID(r), CorrelationID: r.Header.Get("X-Correlation-ID"),
+		Event: "delete", RequestID: requestID(r), CorrelationID: correlationID(r),
 		Route: route, Model: j.lane.model.Checkpoint.ID, JobID: j.id, Status: "deleted", FilesRemoved: removed,
-	})
+	}, true)
 	writeJSON(w, http.StatusOK, map[string]any{"id": j.id, "object": object, "deleted": true})
 }
 
 func (s *Server) createEdit(w http.ResponseWriter, r *http.Request) {
 	const route = "POST /v1/images/edits"
 	received := time.Now()
-	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
-	f, e := readForm(r, false, s.cfg.MaxBodyBytes)
+	f, held, e := s.readBody(w, r, false, s.cfg.MaxBodyBytes)
 	bodyRead := time.Now()
 	if e != nil {
 		s.reject(w, r, route, "", e)
 		return
 	}
 	model := f.values["model"]
-	refSize, refBytes, refSum, respFormat, e := s.editInputs(f)
+	refSize, refBytes, refSum, respFormat, cost, e := s.editInputs(f)
 	if e == nil {
 		_, e = s.laneFor(model, spec.ImageEdit)
 	}
+	var l *lane
+	var settings spec.Settings
+	if e == nil {
+		l = s.lanes[model]
+		s.fault.fields(l.model.Checkpoint, f.values)
+		settings, e = Resolve(l.model.Checkpoint, spec.ImageEdit, f.values, refSize)
+	}
+	decode := e == nil && !decodesReferenceFile(l.model.Task) // a worker decodes the upload itself
+	if decode {
+		e = s.chargeDecode(held, cost)
+	}
 	if e != nil {
+		held.release()
 		s.reject(w, r, route, model, e)
 		return
 	}
-	l := s.lanes[model]
-	s.fault.fields(l.model.Checkpoint, f.values)
-	settings, e := Resolve(l.model.Checkpoint, spec.ImageEdit, f.values, refSize)
-	if e != nil {
-		s.reject(w, r, route, model, e)
-		return
-	}
-	info := newRequestInfo(r, route, received, bodyRead)
+	info := s.newRequestInfo(r, route, received, bodyRead)
 	info.inputs["prompt_sha256"] = digest([]byte(settings.Prompt))
 	info.inputs["reference_sha256"] = refSum
 	info.inputs["reference_size"] = refSize.String()
 	j := s.newJob("img_", ".png", spec.ImageEdit, l, spec.Request{Settings: settings, ReferenceFile: refBytes}, info)
-	j.inline = respFormat == "b64_json"
-	if !decodesReferenceFile(l.model.Task) { // a worker decodes the upload itself
-		j.reference = make(pendingReference, 1)
-	}
+	j.inline, j.decode, j.mem = respFormat == "b64_json", decode, held
 	if !s.admit(w, r, route, j) {
+		held.release()
 		return
 	}
-	if j.reference != nil {
-		j.reference.start(refBytes) // beside the job's start: the lane waits for it
-	}
+	// The answer may wait for the queue and the Task: no write deadline until it is ready.
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(time.Time{})
 	select {
 	case <-j.done:
 	case <-r.Context().Done(): // the client left: the work is no longer wanted
@@ -346,48 +353,55 @@ func (s *Server) createEdit(w http.ResponseWriter, r *http.Request) {
 		<-j.done
 		return
 	}
+	s.mu.Lock()
+	answer := int64(0)
+	if j.product != nil {
+		answer = int64(len(j.product.Inline)) * 4 / 3
+	}
+	s.mu.Unlock()
+	_ = rc.SetWriteDeadline(time.Now().Add(s.writeTime(answer)))
 	s.respondEdit(w, j)
 }
 
 // editInputs validates the route-level edit fields and the one reference image's header and
 // size (reference.go: the image is decoded later, off the request), and digests the upload.
-func (s *Server) editInputs(f *form) (size *spec.Size, upload []byte, sum, respFormat string, e *apiError) {
+func (s *Server) editInputs(f *form) (size *spec.Size, upload []byte, sum, respFormat string, cost int64, e *apiError) {
 	for _, name := range sortedKeys(f.files) {
 		switch name {
 		case "image", "image[]":
 		case "mask":
-			return nil, nil, "", "", unsupportedParam("mask", "masks are outside the image_edit workload: the whole image is edited")
+			return nil, nil, "", "", 0, unsupportedParam("mask", "masks are outside the image_edit workload: the whole image is edited")
 		default:
-			return nil, nil, "", "", unsupportedParam(name, "unknown file field %q; send the reference as image", name)
+			return nil, nil, "", "", 0, unsupportedParam(name, "unknown file field %q; send the reference as image", name)
 		}
 	}
 	refs := append(f.files["image"], f.files["image[]"]...)
 	switch {
 	case len(refs) == 0:
-		return nil, nil, "", "", invalid("image", "a reference image file is required in field image")
+		return nil, nil, "", "", 0, invalid("image", "a reference image file is required in field image")
 	case len(refs) > 1:
-		return nil, nil, "", "", unsupportedValue("image", "exactly one reference image is accepted, got %d", len(refs))
+		return nil, nil, "", "", 0, unsupportedValue("image", "exactly one reference image is accepted, got %d", len(refs))
 	}
 	if n, ok := f.values["n"]; ok && strings.TrimSpace(n) != "1" {
-		return nil, nil, "", "", unsupportedValue("n", "n must be 1, got %q", n)
+		return nil, nil, "", "", 0, unsupportedValue("n", "n must be 1, got %q", n)
 	}
 	respFormat = "b64_json"
 	if v, ok := f.values["response_format"]; ok {
 		if v != "b64_json" && v != "url" {
-			return nil, nil, "", "", unsupportedValue("response_format", "response_format must be b64_json or url, got %q", v)
+			return nil, nil, "", "", 0, unsupportedValue("response_format", "response_format must be b64_json or url, got %q", v)
 		}
 		respFormat = v
 	}
 	if v, ok := f.values["output_format"]; ok && v != "png" {
-		return nil, nil, "", "", unsupportedValue("output_format", "output_format must be png, got %q", v)
+		return nil, nil, "", "", 0, unsupportedValue("output_format", "output_format must be png, got %q", v)
 	}
 	for _, k := range []string{"model", "n", "response_format", "output_format"} {
 		delete(f.values, k)
 	}
-	if size, e = checkReference(refs[0], s.cfg.MaxPixels); e != nil {
-		return nil, nil, "", "", e
+	if size, cost, e = checkReference(refs[0], s.cfg.MaxPixels); e != nil {
+		return nil, nil, "", "", 0, e
 	}
-	return size, refs[0], digest(refs[0]), respFormat, nil
+	return size, refs[0], digest(refs[0]), respFormat, cost, nil
 }
 
 func (s *Server) respondEdit(w http.ResponseWriter, j *job) {
@@ -414,7 +428,7 @@ func (s *Server) respondEdit(w http.ResponseWriter, j *job) {
 		"id": j.id, "created": j.created.Unix(), "model": j.lane.model.Checkpoint.ID,
 		"size":          fmt.Sprintf("%dx%d", p.Actual.Width, p.Actual.Height),
 		"output_format": "png", "actual": p.Actual, "timing": timing, "sha256": p.SHA256,
-		"inference_time_s": p.TaskWall.Seconds(), "peak_memory_mb": p.PeakMemoryMB,
+		"inference_time_s": s.fault.inferenceTime(p.TaskWall.Seconds()), "peak_memory_mb": p.PeakMemoryMB,
 		"expires_at": expiresOrNil(keep, j.expires),
 	}
 	if keep {
@@ -511,12 +525,29 @@ func (s *Server) getModel(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, s.modelObject(l))
 }
 
+// defaultFields is the row's pinned settings under the request fields' names: the guidance
+// under the row's guidance_param (guidance_scale or true_cfg_scale), not spec.Settings' name.
+func defaultFields(cp spec.Checkpoint) map[string]any {
+	d := cp.Defaults
+	o := map[string]any{
+		"prompt": d.Prompt, "size": d.Size.String(), "num_inference_steps": d.Steps,
+		cp.Controls.GuidanceParam: d.Guidance, "seed": d.Seed,
+	}
+	if d.NegativePrompt != "" {
+		o["negative_prompt"] = d.NegativePrompt
+	}
+	if d.NumFrames > 0 {
+		o["num_frames"], o["fps"] = d.NumFrames, d.FPS
+	}
+	return o
+}
+
 func (s *Server) modelObject(l *lane) map[string]any {
 	cp := l.model.Checkpoint
 	o := map[string]any{
 		"id": cp.ID, "object": "model", "owned_by": "mediaserve", "created": 0,
 		"family": cp.Family, "profile": cp.Profile, "revision": cp.Revision, "precision": cp.Precision,
-		"capabilities": cp.Capabilities, "controls": cp.Controls, "defaults": cp.Defaults,
+		"capabilities": cp.Capabilities, "controls": cp.Controls, "defaults": defaultFields(cp),
 		"runtime": l.model.Runtime, "queue_capacity": cap(l.queue), "lanes": len(l.tasks),
 	}
 	if len(l.model.Devices) > 0 {

@@ -124,16 +124,35 @@ func referenceModels(t testing.TB) []server.Model {
 
 func start(t testing.TB, cfg server.Config) *env {
 	t.Helper()
+	return startWith(t, cfg, false)
+}
+
+// startWith is start, behind the server's own http.Server (HTTPServer: its deadlines and
+// connection cap) when bounded. A cfg.Ledger given is kept (e.ledger then stays empty).
+func startWith(t testing.TB, cfg server.Config, bounded bool) *env {
+	t.Helper()
 	e := &env{dir: t.TempDir(), ledger: &syncBuffer{}}
 	if cfg.Models == nil {
 		cfg.Models = referenceModels(t)
 	}
-	cfg.ArtifactDir, cfg.Ledger = e.dir, e.ledger
+	if cfg.Ledger == nil {
+		cfg.Ledger = e.ledger
+	}
+	cfg.ArtifactDir = e.dir
+	e.http = httptest.NewUnstartedServer(nil)
+	if cfg.PublicURL == "" {
+		cfg.PublicURL = "http://" + e.http.Listener.Addr().String()
+	}
 	srv, err := server.New(cfg)
 	require.NoError(t, err)
 	require.NoError(t, srv.Load(context.Background()))
 	e.srv = srv
-	e.http = httptest.NewServer(srv.Handler())
+	if bounded {
+		e.http.Config = srv.HTTPServer()
+	} else {
+		e.http.Config.Handler = srv.Handler()
+	}
+	e.http.Start()
 	t.Cleanup(func() {
 		e.http.Close()
 		srv.Close()

@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"image"
 	"math"
 	"os"
 	"path/filepath"
@@ -37,7 +39,8 @@ type job struct {
 	kind          spec.Capability
 	lane          *lane
 	req           spec.Request
-	reference     pendingReference // an in-process edit's reference, being decoded; nil otherwise
+	decode        bool         // an in-process edit: the lane decodes req.ReferenceFile first
+	mem           *reservation // its share of the memory budget: upload, decode; nil for none
 	requestID     string
 	correlationID string
 	route         string
@@ -65,6 +68,7 @@ type job struct {
 	err       *JobError
 	product   *Product
 	deleted   bool
+	stored    int64 // bytes of its artifact on disk, counted in Server.artifactBytes
 }
 
 var (
@@ -97,6 +101,9 @@ func (s *Server) enqueue(j *job) (*apiError, time.Duration) {
 	if s.closed {
 		return errf(503, "server_shutting_down", "", "server is shutting down"), 0
 	}
+	if e := s.full(); e != nil {
+		return e, s.cfg.JanitorEvery
+	}
 	select {
 	case j.lane.queue <- j:
 		s.jobs[j.id] = j
@@ -120,8 +127,10 @@ func (s *Server) runLane(l *lane, i int) {
 
 // encodeJob is a checked Task output on its way to the lane's encoder.
 type encodeJob struct {
-	j *job
-	g generated
+	j      *job
+	g      generated
+	ctx    context.Context // the job's, with its deadline
+	cancel context.CancelFunc
 }
 
 func (s *Server) runEncoder(l *lane, i int) {
@@ -134,17 +143,22 @@ func (s *Server) runEncoder(l *lane, i int) {
 		if e.j.inline {
 			path = ""
 		}
-		p, err := e.g.encode(e.j.ctx, path, s.fault)
-		if err != nil && e.j.ctx.Err() != nil {
-			err = context.Cause(e.j.ctx)
+		p, err := e.g.encode(e.ctx, path, s.fault)
+		if err != nil && e.ctx.Err() != nil {
+			err = context.Cause(e.ctx)
 		}
+		e.cancel()
 		s.finish(e.j, p, err)
 		close(e.j.done)
 	}
 }
 
 func (s *Server) execute(l *lane, i int, j *job) {
-	ref, err := j.reference.wait() // decoding since the job was queued; undecodable fails the job
+	var ref image.Image
+	var err error
+	if j.decode && j.ctx.Err() == nil { // charged to the budget since admission
+		ref, err = decodeReference(j.req.ReferenceFile)
+	}
 	s.mu.Lock()
 	if j.ctx.Err() != nil { // deleted or shut down while queued
 		err = context.Cause(j.ctx)
@@ -172,11 +186,15 @@ func (s *Server) execute(l *lane, i int, j *job) {
 		}
 		s.mu.Unlock()
 	}
-	g, err := generate(j.ctx, l.tasks[i], l.model.Checkpoint, j.kind, req, s.fault, j.path)
+	limit := s.jobDeadline(l.model.Checkpoint, req.Settings)
+	ctx, cancel := context.WithTimeoutCause(j.ctx, limit, &spec.Error{Code: "job_timeout", Message: fmt.Sprintf(
+		"the Task did not answer within %s (-job-timeout %s at the row's pinned settings, scaled by this job's steps, frames and pixels)", limit, s.cfg.JobTimeout)})
+	g, err := generate(ctx, l.tasks[i], l.model.Checkpoint, j.kind, req, s.fault, j.path)
+	if err != nil && ctx.Err() != nil {
+		err = context.Cause(ctx)
+	}
 	if err != nil {
-		if j.ctx.Err() != nil {
-			err = context.Cause(j.ctx)
-		}
+		cancel()
 		s.finish(j, Product{}, err)
 		close(j.done)
 		return
@@ -184,7 +202,16 @@ func (s *Server) execute(l *lane, i int, j *job) {
 	s.mu.Lock()
 	j.generated = time.Now()
 	s.mu.Unlock()
-	l.encodes[i] <- encodeJob{j, g}
+	l.encodes[i] <- encodeJob{j, g, ctx, cancel} // the clip's encoder runs under the deadline too
+}
+
+// jobDeadline is how long a job's Task may take: Config.JobTimeout for the row's pinned
+// settings, scaled up by how much more work (steps x frames x pixels) the job asks for.
+func (s *Server) jobDeadline(cp spec.Checkpoint, st spec.Settings) time.Duration {
+	work := func(st spec.Settings) float64 {
+		return float64(max(1, st.Steps)) * float64(max(1, st.NumFrames)) * float64(max(1, st.Size.W*st.Size.H))
+	}
+	return time.Duration(float64(s.cfg.JobTimeout) * max(1, work(st)/work(cp.Defaults)))
 }
 
 // finish moves j to its terminal state and writes its one terminal ledger line.
@@ -216,6 +243,11 @@ func (s *Server) finish(j *job, p Product, err error) {
 	// A url-format edit stays in the store for its lifetime; its upload (up to MaxBodyBytes)
 	// is no longer needed once the Task has run. The decoded reference was never kept here.
 	j.req.ReferenceFile = nil
+	j.mem.release()
+	if j.product != nil && j.product.Path != "" && !j.deleted {
+		j.stored = j.product.Bytes
+		s.artifactBytes += j.stored
+	}
 	e := LedgerEntry{
 		Event: "job", RequestID: j.requestID, CorrelationID: j.correlationID, Route: j.route,
 		Model: j.lane.model.Checkpoint.ID, JobID: j.id, Status: status, Error: j.err,
@@ -249,7 +281,7 @@ func (s *Server) finish(j *job, p Product, err error) {
 		}
 		l.mu.Unlock()
 	}
-	s.ledger.write(e)
+	s.ledger.write(e, true)
 }
 
 // touch wakes the polls held on j (Config.PollHold): what they would answer has changed.
@@ -294,6 +326,8 @@ func (j *job) timing() *Timing {
 // removeFiles deletes j's artifact (and any partial file) and reports what it removed. Call
 // with s.mu held.
 func (s *Server) removeFiles(j *job) []string {
+	s.artifactBytes -= j.stored
+	j.stored = 0
 	var removed []string
 	for _, p := range []string{j.path, filepath.Join(filepath.Dir(j.path), "."+filepath.Base(j.path)+".tmp")} {
 		if err := os.Remove(p); err == nil {
@@ -314,7 +348,7 @@ func (s *Server) forget(j *job, why string) []string {
 	j.deleted = true
 	j.touch()
 	j.cancel(errDeleted)
-	if s.fault.is("delete-leaves-files") && why == "deleted" {
+	if why == "deleted" && s.fault.keepContent(j.id, j.path) {
 		return nil
 	}
 	return s.removeFiles(j)
@@ -367,7 +401,7 @@ func (s *Server) expire(now time.Time) {
 	}
 	s.mu.Unlock()
 	for _, e := range entries {
-		s.ledger.write(e)
+		s.ledger.write(e, true)
 	}
 }
 

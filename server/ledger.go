@@ -1,9 +1,11 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
@@ -33,6 +35,7 @@ type LedgerEntry struct {
 	Actual        *spec.Actual      `json:"actual,omitempty"`
 	Timing        *Timing           `json:"timing,omitempty"`
 	FilesRemoved  []string          `json:"files_removed,omitempty"`
+	Suppressed    int               `json:"suppressed,omitempty"` // of a 401: refusals left unwritten before it (rate bound)
 }
 
 // LedgerOutput digests the artifact and the raw frames it was encoded from.
@@ -69,30 +72,81 @@ type Timing struct {
 	StreamedFrames int                `json:"streamed_frames"`          // not a part: frames that reached the encoder before the Task returned
 }
 
+// ledger writes LedgerEntry lines. Each line is one Write of a whole line; a write that fails
+// leaves no partial line (a writer that can be truncated, as a file, is cut back to the last
+// whole line; any other gets a newline first, so the fragment stands alone) and no sticky
+// error: the next line is written as if nothing happened. Past limit bytes only the lines owed
+// to accepted jobs are written (the server accepts no new job then: Server.full).
 type ledger struct {
-	mu  sync.Mutex
-	enc *json.Encoder
-	log *slog.Logger
+	mu      sync.Mutex
+	w       io.Writer
+	log     *slog.Logger
+	limit   int64
+	size    int64 // bytes of whole lines in w (a file's size when opened)
+	broken  bool  // a fragment could not be cut: the next line starts on a new one
+	failing bool  // the last write failed (logged once until one succeeds)
+	dropped int   // lines not written past limit (logged once)
 }
 
-func newLedger(w io.Writer, log *slog.Logger) *ledger {
+func newLedger(w io.Writer, limit int64, log *slog.Logger) *ledger {
+	l := &ledger{w: w, log: log, limit: limit}
 	if w == nil {
-		w = io.Discard
+		l.w = io.Discard
 	}
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	return &ledger{enc: enc, log: log}
+	if st, ok := w.(interface{ Stat() (os.FileInfo, error) }); ok {
+		if fi, err := st.Stat(); err == nil && fi.Mode().IsRegular() {
+			l.size = fi.Size()
+		}
+	}
+	return l
 }
 
-func (l *ledger) write(e LedgerEntry) {
+// full says whether the ledger has reached its limit.
+func (l *ledger) full() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.size >= l.limit
+}
+
+// write writes e as one line. owed: the line is an accepted job's (its terminal line, delete
+// or expiry), written whatever the limit.
+func (l *ledger) write(e LedgerEntry, owed bool) {
 	if e.Time.IsZero() {
 		e.Time = time.Now().UTC()
 	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(e); err != nil {
+		l.log.Error("ledger line not encodable", "err", err, "request_id", e.RequestID)
+		return
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if err := l.enc.Encode(e); err != nil {
-		// A full disk must not take serving down, but it must not pass unnoticed either.
-		l.log.Error("ledger write failed", "err", err, "request_id", e.RequestID)
+	if !owed && l.size+int64(buf.Len()) > l.limit {
+		if l.dropped++; l.dropped == 1 {
+			l.log.Error("ledger at its size limit: refusals are no longer written", "limit", l.limit)
+		}
+		return
+	}
+	line := buf.Bytes()
+	if l.broken {
+		line = append([]byte{'\n'}, line...)
+	}
+	n, err := l.w.Write(line)
+	if err == nil {
+		l.size += int64(n)
+		l.broken, l.failing = false, false
+		return
+	}
+	// A full disk must not take serving down, but it must not pass unnoticed either.
+	if !l.failing {
+		l.log.Error("ledger write failed; lines are lost until a write succeeds", "err", err, "request_id", e.RequestID)
+	}
+	l.failing = true
+	if n > 0 {
+		t, ok := l.w.(interface{ Truncate(int64) error })
+		l.broken = !ok || t.Truncate(l.size) != nil
 	}
 }
 

@@ -28,7 +28,7 @@ func RunNative(ctx context.Context, m Model, capability spec.Capability, fields 
 			return spec.Settings{}, Product{}, fmt.Errorf("image_edit needs a reference image")
 		}
 		var e *apiError
-		if refSize, e = checkReference(reference, DefaultMaxPixels); e != nil {
+		if refSize, _, e = checkReference(reference, DefaultMaxPixels); e != nil {
 			return spec.Settings{}, Product{}, e
 		}
 		req.ReferenceFile = reference

@@ -8,6 +8,7 @@ import (
 	"image/jpeg"
 	"image/png"
 	"os"
+	"runtime"
 	"testing"
 
 	"github.com/mediaqual/mediaqual/models/spec"
@@ -48,7 +49,7 @@ func FuzzReference(f *testing.F) {
 	} {
 		f.Add(s)
 	}
-	for _, name := range []string{"gopher-doc.1bpp.lossless.webp", "blue-purple-pink.lossy.webp"} {
+	for _, name := range []string{"gopher-doc.1bpp.lossless.webp", "blue-purple-pink.lossy.webp", "progressive-cmyk-1024.jpg"} {
 		b, err := os.ReadFile("testdata/" + name)
 		if err != nil {
 			f.Fatal(err)
@@ -57,7 +58,7 @@ func FuzzReference(f *testing.F) {
 	}
 
 	f.Fuzz(func(t *testing.T, b []byte) {
-		size, e := checkReference(b, maxPixels)
+		size, cost, e := checkReference(b, maxPixels)
 		if e != nil {
 			if e.Status != 400 || e.Param != "image" || e.Message == "" {
 				t.Fatalf("refused as %+v", e)
@@ -67,7 +68,13 @@ func FuzzReference(f *testing.F) {
 		if size.W <= 0 || size.H <= 0 || size.W*size.H > maxPixels {
 			t.Fatalf("accepted %v", size)
 		}
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
 		m, err := decodeReference(b)
+		runtime.ReadMemStats(&after)
+		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > uint64(cost) {
+			t.Fatalf("decoding allocated %d bytes; decodeCost said %d", alloc, cost)
+		}
 		if err != nil {
 			var se *spec.Error
 			if !errors.As(err, &se) || !se.BadInput || se.Param != "image" || se.Code != "invalid_request" {
@@ -79,4 +86,62 @@ func FuzzReference(f *testing.F) {
 			t.Fatalf("decoded %v, the header said %v", got, size)
 		}
 	})
+}
+
+// decodeCost covers what the decoders really allocate (counted by the runtime) for each format
+// and variant, and not wildly more: the memory budget is charged with it before anything is
+// decoded. The 164-byte progressive CMYK JPEG claims 4096x4096; Go's decoder allocates some
+// 320 MiB for it before it finds the data short.
+func TestDecodeCostCoversTheDecoder(t *testing.T) {
+	enc := func(m image.Image, jpg bool) []byte {
+		var b bytes.Buffer
+		var err error
+		if jpg {
+			err = jpeg.Encode(&b, m, nil)
+		} else {
+			err = png.Encode(&b, m)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b.Bytes()
+	}
+	read := func(name string) []byte {
+		b, err := os.ReadFile("testdata/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	r := image.Rect(0, 0, 512, 384)
+	for name, b := range map[string][]byte{
+		"progressive CMYK JPEG":         read("progressive-cmyk-1024.jpg"),
+		"progressive CMYK JPEG bomb":    read("bomb-4096-progressive-cmyk.jpg"),
+		"baseline JPEG":                 enc(image.NewRGBA(r), true),
+		"gray JPEG":                     enc(image.NewGray(r), true),
+		"8-bit RGBA PNG":                enc(image.NewNRGBA(r), false),
+		"16-bit RGBA PNG":               enc(image.NewRGBA64(r), false),
+		"16-bit gray PNG":               enc(image.NewGray16(r), false),
+		"paletted PNG":                  enc(image.NewPaletted(r, color.Palette{color.Black, color.White}), false),
+		"lossless WebP (1 bit a pixel)": read("gopher-doc.1bpp.lossless.webp"),
+		"lossy WebP":                    read("blue-purple-pink.lossy.webp"),
+	} {
+		cfg, cost, err := checkImage(b)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		_, _ = decodeReference(b)
+		runtime.ReadMemStats(&after)
+		alloc := int64(after.TotalAlloc - before.TotalAlloc)
+		t.Logf("%s %dx%d: allocated %d, cost %d", name, cfg.Width, cfg.Height, alloc, cost)
+		if alloc > cost {
+			t.Errorf("%s: decoding allocated %d bytes; decodeCost said %d", name, alloc, cost)
+		}
+		// Less the Task's RGBA working copy, which the decode itself does not make.
+		if decode := cost - 4*int64(cfg.Width*cfg.Height); decode > 4*alloc+decoderOverhead {
+			t.Errorf("%s: decodeCost's decode part %d is over 4 times the %d allocated", name, decode, alloc)
+		}
+	}
 }

@@ -5,6 +5,8 @@ package server
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
@@ -46,9 +48,32 @@ type Config struct {
 	QueueCapacity int           // queued jobs per model lane beyond the running one (default 16)
 	Ledger        io.Writer     // request ledger, JSON lines (nil: none)
 	APIKey        string        // when set, /v1/* needs "Authorization: Bearer <key>"
-	MaxBodyBytes  int64         // request body limit (default 32 MiB)
-	MaxPixels     int           // largest reference image accepted, in pixels (default 4096*4096)
-	KeepArtifacts bool          // leave artifacts on disk at Close
+	// PublicURL is the scheme://host[:port] clients reach this server at: artifact URLs are
+	// built from it, never from a request's Host header ("": URLs are paths only).
+	PublicURL     string
+	MaxBodyBytes  int64 // request body limit (default 32 MiB); a video's is at most 1 MiB
+	MaxPixels     int   // largest reference image accepted, in pixels (default 4096*4096)
+	KeepArtifacts bool  // leave artifacts on disk at Close
+	// MemoryBudget bounds the bytes requests make the server hold at once: bodies being
+	// parsed, uploads of live jobs, decodes of references (budget.go; default 512 MiB).
+	MemoryBudget int64
+	// MaxJobs bounds the jobs kept (queued, running, and finished until they expire or are
+	// deleted; default 1024); MaxArtifactBytes the artifact bytes on disk (default 8 GiB);
+	// MaxLedgerBytes the ledger's size (default 256 MiB). Past a bound new jobs are refused by
+	// name; accepted ones still finish and get their ledger lines.
+	MaxJobs          int
+	MaxArtifactBytes int64
+	MaxLedgerBytes   int64
+	// JobTimeout is how long a job's Task may run at the row's pinned settings (default 15
+	// min); a job asking more steps, frames or pixels gets proportionally more. Past it the
+	// job fails with job_timeout.
+	JobTimeout time.Duration
+	// MinUploadRate is the slowest a request body may arrive, in bytes a second after a first
+	// 10 s (default 64 KiB/s); MaxConns bounds open client connections (default 512), idle ones
+	// closed first to make room.
+	MinUploadRate int64
+	MaxConns      int
+	IdleTimeout   time.Duration // how long a keep-alive connection may sit idle (default 30 s)
 	JanitorEvery  time.Duration // how often expired artifacts are removed (default lifetime/10, at most 1m)
 	// PollHold holds a poll of an unfinished video (GET /v1/videos/{id}) until the job's
 	// status or progress changes, at most this long (0: answer at once, as OpenAI does).
@@ -68,11 +93,15 @@ type Server struct {
 	order  []string // model ids in configured order
 	ready  atomic.Bool
 	fault  *fault
+	mem    *budget
+	denied rateLimit // 401s ledgered
 
 	mu     sync.Mutex
 	closed bool
 	jobs   map[string]*job
 	gone   map[string]string // id -> why it is gone (deleted, expired), for clear 404s
+	// artifactBytes is the bytes of finished jobs' artifacts on disk (MaxArtifactBytes).
+	artifactBytes int64
 
 	stop    chan struct{}
 	wg      sync.WaitGroup
@@ -99,6 +128,31 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxPixels <= 0 {
 		cfg.MaxPixels = DefaultMaxPixels
 	}
+	if cfg.MemoryBudget <= 0 {
+		cfg.MemoryBudget = DefaultMemoryBudget
+	}
+	if cfg.MaxJobs <= 0 {
+		cfg.MaxJobs = 1024
+	}
+	if cfg.MaxArtifactBytes <= 0 {
+		cfg.MaxArtifactBytes = 8 << 30
+	}
+	if cfg.MaxLedgerBytes <= 0 {
+		cfg.MaxLedgerBytes = 256 << 20
+	}
+	if cfg.JobTimeout <= 0 {
+		cfg.JobTimeout = 15 * time.Minute
+	}
+	if cfg.MinUploadRate <= 0 {
+		cfg.MinUploadRate = 64 << 10
+	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = 512
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = 30 * time.Second
+	}
+	cfg.PublicURL = strings.TrimRight(cfg.PublicURL, "/")
 	if cfg.JanitorEvery <= 0 {
 		cfg.JanitorEvery = min(cfg.Lifetime/10, time.Minute)
 	}
@@ -113,7 +167,8 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("server: artifact dir: %w", err)
 	}
 	s := &Server{
-		cfg: cfg, log: cfg.Log, ledger: newLedger(cfg.Ledger, cfg.Log),
+		cfg: cfg, log: cfg.Log, ledger: newLedger(cfg.Ledger, cfg.MaxLedgerBytes, cfg.Log),
+		mem:   &budget{limit: cfg.MemoryBudget},
 		lanes: map[string]*lane{}, jobs: map[string]*job{}, gone: map[string]string{},
 		stop: make(chan struct{}), fault: f,
 	}
@@ -277,18 +332,57 @@ func (s *Server) withRequestID(next http.Handler) http.Handler {
 	})
 }
 
+// withAuth holds /v1/* to the bearer key, compared in constant time (over digests, so not
+// even its length leaks). Refusals are ledgered, at most authLinesPerSecond a second.
 func (s *Server) withAuth(next http.Handler) http.Handler {
 	if s.cfg.APIKey == "" {
 		return next
 	}
-	want := "Bearer " + s.cfg.APIKey
+	want := sha256.Sum256([]byte("Bearer " + s.cfg.APIKey))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasPrefix(r.URL.Path, "/v1/") && r.Header.Get("Authorization") != want {
-			writeError(w, errf(http.StatusUnauthorized, "unauthorized", "", "missing or wrong bearer key in Authorization"))
+		got := sha256.Sum256([]byte(r.Header.Get("Authorization")))
+		if strings.HasPrefix(r.URL.Path, "/v1/") && subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+			e := errf(http.StatusUnauthorized, "unauthorized", "", "missing or wrong bearer key in Authorization")
+			writeError(w, e)
+			if dropped, ok := s.denied.allow(time.Now()); ok {
+				s.ledger.write(LedgerEntry{
+					Event: "rejected", RequestID: requestID(r), CorrelationID: correlationID(r),
+					Route: r.Method + " " + excerpt(r.URL.Path), Status: "rejected", HTTPStatus: e.Status,
+					Error: &JobError{Code: e.Code, Message: e.Message}, Suppressed: dropped,
+				}, false)
+			}
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// authLinesPerSecond bounds the ledger lines 401s write: a client guessing keys cannot fill
+// the ledger; each line says how many refusals went unwritten before it.
+const authLinesPerSecond = 10
+
+// rateLimit allows authLinesPerSecond events in each second and counts the rest.
+type rateLimit struct {
+	mu      sync.Mutex
+	second  int64
+	n       int
+	dropped int
+}
+
+// allow says whether an event at now may be recorded, and how many were dropped before it.
+func (l *rateLimit) allow(now time.Time) (dropped int, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if sec := now.Unix(); sec != l.second {
+		l.second, l.n = sec, 0
+	}
+	if l.n >= authLinesPerSecond {
+		l.dropped++
+		return 0, false
+	}
+	l.n++
+	dropped, l.dropped = l.dropped, 0
+	return dropped, true
 }
 
 func requestID(r *http.Request) string {
@@ -296,22 +390,71 @@ func requestID(r *http.Request) string {
 	return id
 }
 
-// reject answers with an error envelope and records the refusal in the ledger.
-func (s *Server) reject(w http.ResponseWriter, r *http.Request, route, model string, e *apiError) {
-	writeError(w, e)
-	s.ledger.write(LedgerEntry{
-		Event: "rejected", RequestID: requestID(r), CorrelationID: r.Header.Get("X-Correlation-ID"),
-		Route: route, Model: model, Status: "rejected", HTTPStatus: e.Status,
-		Error: &JobError{Code: e.Code, Message: e.Message},
-	})
+// correlationID is the request's X-Correlation-ID when it is usable (the same rule as
+// X-Request-ID); the ledger records nothing else.
+func correlationID(r *http.Request) string {
+	if id := r.Header.Get("X-Correlation-ID"); requestIDPattern.MatchString(id) {
+		return id
+	}
+	return ""
 }
 
-// baseURL is where this request reached the server; artifact URLs must be absolute because
-// AIPerf downloads from the job's url as given.
-func baseURL(r *http.Request) string {
-	scheme := "http"
-	if r.TLS != nil {
-		scheme = "https"
+// reject answers with an error envelope and records the refusal in the ledger.
+func (s *Server) reject(w http.ResponseWriter, r *http.Request, route, model string, e *apiError) {
+	if e.Status == http.StatusTooManyRequests && w.Header().Get("Retry-After") == "" {
+		w.Header().Set("Retry-After", "1")
 	}
-	return scheme + "://" + r.Host
+	writeError(w, e)
+	s.ledger.write(LedgerEntry{
+		Event: "rejected", RequestID: requestID(r), CorrelationID: correlationID(r),
+		Route: route, Model: excerpt(model), Status: "rejected", HTTPStatus: e.Status,
+		Error: &JobError{Code: e.Code, Message: e.Message},
+	}, false)
+}
+
+// maxVideoBody bounds a video request's body: it carries no file, and its fields (two
+// prompts of at most 32000 characters) fit well within it.
+const maxVideoBody = 1 << 20
+
+// readBody reads r's body, JSON or multipart (as allowed), of at most limit bytes arriving at
+// MinUploadRate or faster. held is the budget the form's files hold (the caller releases it,
+// or hands it to the job); the body's own bytes are charged only while they are parsed.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, allowJSON bool, limit int64) (*form, *reservation, *apiError) {
+	held, parse := s.mem.reserve(), s.mem.reserve()
+	defer parse.release()
+	paced := s.paceBody(w, r)
+	r.Body = http.MaxBytesReader(w, &chargedBody{ReadCloser: paced, res: parse}, limit)
+	f, e := readForm(r, allowJSON, held)
+	paced.done(s, 0)
+	if e != nil {
+		held.release()
+	}
+	return f, held, e
+}
+
+// chargeDecode adds an in-process edit's decode cost to its reservation: 413 when it could
+// never fit the budget, 429 when it does not fit now.
+func (s *Server) chargeDecode(held *reservation, cost int64) *apiError {
+	if cost > s.cfg.MemoryBudget {
+		return errf(http.StatusRequestEntityTooLarge, "image_too_large", "image",
+			"decoding the reference would take %d bytes, more than the server's memory budget of %d", cost, s.cfg.MemoryBudget)
+	}
+	return held.take(cost)
+}
+
+// full refuses new jobs by name when the store is at a bound: jobs kept, artifact bytes or
+// ledger bytes. Call with s.mu held.
+func (s *Server) full() *apiError {
+	switch {
+	case len(s.jobs) >= s.cfg.MaxJobs:
+		return errf(http.StatusTooManyRequests, "too_many_jobs", "",
+			"the server keeps %d jobs, its limit; retry once some expire (-lifetime %s) or are deleted", len(s.jobs), s.cfg.Lifetime)
+	case s.artifactBytes >= s.cfg.MaxArtifactBytes:
+		return errf(http.StatusInsufficientStorage, "artifact_storage_full", "",
+			"artifacts take %d bytes, the server's limit of %d; retry once some expire or are deleted", s.artifactBytes, s.cfg.MaxArtifactBytes)
+	case s.ledger.full():
+		return errf(http.StatusInsufficientStorage, "ledger_full", "",
+			"the request ledger has reached its limit of %d bytes; no new job is accepted", s.cfg.MaxLedgerBytes)
+	}
+	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/mediaqual/mediaqual/models/spec"
 )
@@ -22,6 +23,9 @@ var (
 		"negative_prompt", "seed"}
 )
 
+// maxPromptChars bounds prompt and negative_prompt, each. Every other text field is bounded by
+// its syntax and, before that, by the form's maxFieldBytes; so a worker's run line stays far
+// below the protocol's 1 MiB (two prompts of 32000 characters, each escaped in at most 6 bytes).
 const maxPromptChars = 32000
 
 // Resolve turns request fields into complete Settings for cp and capability, or names what is
@@ -47,8 +51,10 @@ func Resolve(cp spec.Checkpoint, capability spec.Capability, fields map[string]s
 	if strings.TrimSpace(s.Prompt) == "" {
 		return s, invalid("prompt", "prompt is required")
 	}
-	if n := len([]rune(s.Prompt)); n > maxPromptChars {
-		return s, invalid("prompt", "prompt has %d characters; at most %d are accepted", n, maxPromptChars)
+	for _, p := range []string{"prompt", "negative_prompt"} {
+		if n := utf8.RuneCountInString(fields[p]); n > maxPromptChars {
+			return s, invalid(p, "%s has %d characters; at most %d are accepted", p, n, maxPromptChars)
+		}
 	}
 	if v, ok := fields["negative_prompt"]; ok {
 		if !c.NegativePrompt {

@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/mediaqual/mediaqual/models/spec"
 )
 
 type workflow struct {
@@ -74,7 +76,9 @@ func TestWorkflowsAreConsistent(t *testing.T) {
 			}
 		}
 		if name == "gpu.yml" {
-			b, err := json.Marshal(map[string][]Shard{"include": shards()})
+			s, err := shards()
+			require.NoError(t, err)
+			b, err := json.Marshal(map[string][]Shard{"include": s})
 			require.NoError(t, err)
 			var gen struct{ Include []map[string]any }
 			require.NoError(t, json.Unmarshal(b, &gen))
@@ -89,12 +93,27 @@ func TestWorkflowsAreConsistent(t *testing.T) {
 }
 
 func TestMatrixHasEveryRunnableGPUCheckpoint(t *testing.T) {
-	s := shards()
+	s, err := shards()
+	require.NoError(t, err)
 	require.NotEmpty(t, s)
+	runners := map[string]string{}
 	for _, sh := range s {
 		assert.True(t, strings.HasPrefix(sh.Test, "Test"))
-		assert.Equal(t, "gpu-1x", sh.Runner)
 		assert.Positive(t, sh.MemoryGB)
+		runners[sh.Checkpoint] = sh.Runner
 	}
 	assert.Equal(t, "Wan-AI/Wan2.1-T2V-1.3B", s[0].Checkpoint)
+	// Each row on the smallest card that holds it: MiniMax-H3's 140 GB a GPU not on an 80 GB one.
+	assert.Equal(t, map[string]string{"Wan-AI/Wan2.1-T2V-1.3B": "gpu-1x-40gb", "Wan-AI/Wan2.2-TI2V-5B": "gpu-1x-80gb",
+		"Qwen/Qwen-Image-Edit-2511": "gpu-1x-80gb", "MiniMaxAI/MiniMax-H3": "gpu-1x-141gb"}, runners)
+}
+
+func TestRunnerLabelHoldsTheRow(t *testing.T) {
+	for need, want := range map[int]string{1: "gpu-2x-40gb", 40: "gpu-2x-40gb", 41: "gpu-2x-80gb", 141: "gpu-2x-141gb", 192: "gpu-2x-192gb"} {
+		got, err := runner(&spec.GPUNeeds{Count: 2, MemoryGB: need})
+		require.NoError(t, err)
+		assert.Equal(t, want, got, "%d GB", need)
+	}
+	_, err := runner(&spec.GPUNeeds{Count: 1, MemoryGB: 193})
+	assert.ErrorContains(t, err, "193 GB a GPU is more than any runner class holds")
 }

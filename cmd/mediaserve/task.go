@@ -32,6 +32,18 @@ type taskJob struct {
 func runTask(args []string, stderr io.Writer, log *slog.Logger) error {
 	fs := flag.NewFlagSet("mediaserve task", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, `usage: mediaserve task -model <id> [-set name=value ...] [-reference image] [-out dir] [flags]
+       mediaserve task -model <id> -batch jobs.jsonl [flags]
+
+Runs the model's native Task without HTTP, through the same settings rules and encoder as a
+served job (docs/API.md, "The native path"), and writes artifact.mp4 or artifact.png and
+actual.json to -out.
+
+flags:
+`)
+		fs.PrintDefaults()
+	}
 	model := fs.String("model", "", "checkpoint id")
 	capability := fs.String("capability", "", "workload (default: the model's only one)")
 	refPath := fs.String("reference", "", "reference image for image_edit")

@@ -11,9 +11,20 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/mediaqual/mediaqual/internal/cmdtest"
 	"github.com/mediaqual/mediaqual/models/spec"
 	"github.com/mediaqual/mediaqual/reports"
 )
+
+func TestMain(m *testing.M) { cmdtest.Main(m, main) }
+
+func TestHelpAndUsageErrors(t *testing.T) {
+	cmdtest.AssertHelp(t, "-out DIR")
+	r := cmdtest.Run(t, []string{"-out", "merged"})
+	assert.Equal(t, 2, r.Code, "a merge of no shards")
+	assert.Contains(t, r.Stderr, "need -out and at least one results.json")
+	assert.Empty(t, r.Left)
+}
 
 // shard writes a shard's report directory with one row and its contact sheet.
 func shard(t *testing.T, id string, at time.Time) string {
@@ -51,6 +62,6 @@ func TestMergeReportsCommand(t *testing.T) {
 	assert.Equal(t, 2, bytes.Count(html, []byte(`src="data:image/png;base64,`)))
 
 	assert.Error(t, run([]string{a}, &stdout, &stderr), "-out is required")
-	assert.Contains(t, stderr.String(), "usage: mergereports -out DIR")
+	assert.Contains(t, stderr.String(), "usage: go run ./cmd/mergereports -out DIR")
 	assert.ErrorContains(t, run([]string{"-out", out, a, a + ".missing"}, &stdout, &stderr), "no such file")
 }

@@ -1,8 +1,10 @@
-// Command tokenizer writes the suite's local tokenizer (fixtures/tokenizer) into a directory,
-// for running AIPerf by hand without a model hub.
+// Command tokenizer writes a copy of the suite's local tokenizer (fixtures/tokenizer, embedded)
+// into a directory: for AIPerf by hand outside a clone of this repository (inside one, pass
+// fixtures/tokenizer itself).
 package main
 
 import (
+	"flag"
 	"fmt"
 	"os"
 
@@ -10,11 +12,21 @@ import (
 )
 
 func main() {
-	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: go run ./cmd/tokenizer DIR")
+	fs := flag.NewFlagSet("tokenizer", flag.ExitOnError)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `usage: go run ./cmd/tokenizer DIR
+
+Writes the suite's local tokenizer (a word-level tokenizer over the fixtures' vocabulary;
+AIPerf uses it only to count input tokens) into DIR, creating it, and prints DIR. In a clone
+of this repository, give AIPerf fixtures/tokenizer itself instead.
+`)
+	}
+	fs.Parse(os.Args[1:]) // exits 0 on -h, 2 on an unknown flag
+	if fs.NArg() != 1 {
+		fs.Usage()
 		os.Exit(2)
 	}
-	dir, err := fixtures.WriteTokenizer(os.Args[1])
+	dir, err := fixtures.WriteTokenizer(fs.Arg(0))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

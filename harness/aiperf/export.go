@@ -55,6 +55,22 @@ func (r Record) LatencyMS() (float64, bool) {
 	return m.Value, ok
 }
 
+// ServerInferenceMS is the Task time the server reported as AIPerf read it (its
+// video_inference_time, from the response's inference_time_s), in ms; ok is false when AIPerf
+// recorded none (an edit, or a server that reports none) or in a unit it does not know.
+func (r Record) ServerInferenceMS() (ms float64, ok bool) {
+	m, ok := r.Metrics["video_inference_time"]
+	switch {
+	case !ok:
+		return 0, false
+	case m.Unit == "ms":
+		return m.Value, true
+	case m.Unit == "s" || m.Unit == "sec":
+		return m.Value * 1000, true
+	}
+	return 0, false
+}
+
 // RawResponse is one response AIPerf kept: for video the submit answer and the final poll.
 type RawResponse struct {
 	PerfNS      int64  `json:"perf_ns"`

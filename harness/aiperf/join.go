@@ -27,12 +27,16 @@ type Request struct {
 	// (or no record at all) has no client time, which must never read as 0 ms.
 	HasLatency     bool
 	CreditIssuedNS int64 // when AIPerf issued it: the send time (record start times are shifted)
-	ClientError    *ErrorDetails
-	JobID          string // the server's id as AIPerf saw it
-	Raw            RawRecord
-	Server         []ledger.Entry // the server's terminal job lines, or its rejected line
-	Outcome        string
-	Why            string // for anything but Completed
+	// ServerInferenceMS is the server's Task time as AIPerf recorded it (video_inference_time),
+	// when it did (HasServerInference): a second reading of the server's claim.
+	ServerInferenceMS  float64
+	HasServerInference bool
+	ClientError        *ErrorDetails
+	JobID              string // the server's id as AIPerf saw it
+	Raw                RawRecord
+	Server             []ledger.Entry // the server's terminal job lines, or its rejected line
+	Outcome            string
+	Why                string // for anything but Completed
 }
 
 // Join accounts for every AIPerf request on the server: each must map to exactly one terminal
@@ -50,6 +54,7 @@ func Join(x Exports, entries []ledger.Entry) []Request {
 			ClientError: raw.Error, JobID: raw.JobID(), Raw: raw}
 		if rec, ok := byID[q.XRequestID]; ok {
 			q.LatencyMS, q.HasLatency = rec.LatencyMS()
+			q.ServerInferenceMS, q.HasServerInference = rec.ServerInferenceMS()
 			if q.ClientError == nil {
 				q.ClientError = rec.Error
 			}

@@ -211,6 +211,32 @@ type Controls struct {
 	NegativePrompt bool       `json:"negative_prompt"`
 }
 
+// Defaults is a model's pinned settings as /v1/models lists them: under the request fields'
+// names, the guidance under the model's guidance_param (guidance_scale or true_cfg_scale).
+type Defaults struct {
+	Settings
+}
+
+// UnmarshalJSON reads the guidance from whichever of the two request fields holds it.
+func (d *Defaults) UnmarshalJSON(b []byte) error {
+	var v struct {
+		Settings
+		GuidanceScale *float64 `json:"guidance_scale"`
+		TrueCFGScale  *float64 `json:"true_cfg_scale"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	d.Settings = v.Settings
+	switch {
+	case v.GuidanceScale != nil:
+		d.Guidance = *v.GuidanceScale
+	case v.TrueCFGScale != nil:
+		d.Guidance = *v.TrueCFGScale
+	}
+	return nil
+}
+
 // Model is one entry of GET /v1/models.
 type Model struct {
 	ID            string   `json:"id"`
@@ -230,7 +256,7 @@ type Model struct {
 	Layouts       []string `json:"layouts,omitempty"`      // the layouts the model offers, preferred first
 	Parity        *Parity  `json:"parity,omitempty"`       // the first lane's parity check at load, where the server makes one
 	Controls      Controls `json:"controls"`
-	Defaults      Settings `json:"defaults"`
+	Defaults      Defaults `json:"defaults"`
 	// Fault names the injected fault when the server runs with -fault (self-test only).
 	Fault string `json:"fault,omitempty"`
 	// Raw is the whole object as received (numbers as json.Number).

@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"mime/multipart"
 	"net/http"
 	"os"
@@ -37,8 +38,19 @@ func TestContract(t *testing.T) {
 		Args: []string{"-port", "0", "-model", "ref-t2v", "-model", "ref-edit", "-ledger", ledgerPath, "-artifact-dir", filepath.Join(dir, "art")}})
 
 	var models api.ModelList
-	strict(t, get(t, srv.URL+"/v1/models", 200), &models)
+	listed := get(t, srv.URL+"/v1/models", 200)
+	strict(t, listed, &models)
 	require.Len(t, models.Data, 2)
+	var raw struct {
+		Data []struct{ Defaults map[string]any }
+	}
+	require.NoError(t, json.Unmarshal(listed, &raw))
+	for i, m := range models.Data {
+		// Defaults name the guidance as a request does (guidance_scale or true_cfg_scale).
+		assert.Contains(t, raw.Data[i].Defaults, m.Controls.GuidanceParam, m.ID)
+		assert.NotContains(t, raw.Data[i].Defaults, "guidance", m.ID)
+		assert.Positive(t, m.Defaults.Guidance, m.ID)
+	}
 
 	var v api.Video
 	strict(t, post(t, srv.URL+"/v1/videos", "req-video", map[string]string{"model": "ref-t2v", "prompt": "a red ball", "seed": "7"}, nil, 200), &v)

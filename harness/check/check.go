@@ -6,7 +6,6 @@ package check
 import (
 	"fmt"
 	"image"
-	"maps"
 	"math"
 	"math/big"
 	"slices"
@@ -149,28 +148,6 @@ func Edit(out, ref image.Image, want spec.Size, c spec.EditContract) (float64, e
 		return d, fail("edit-unchanged", "mean difference from the reference %.3f, contract needs >= %.3f", d, c.MinChange)
 	}
 	return d, nil
-}
-
-// DistinctOutputs is the check "distinct-outputs": the artifacts of different inputs (other
-// prompts; other references and instructions) differ in their decoded frames. A server that
-// ignores what it is asked serves one output for all of them, and where no native path holds
-// it to the family's own output (an endpoint), or the native path shares the fault, nothing
-// else sees it. outputs maps each input's key to the decoded-frame digests of its artifact;
-// an input without digests (its decode failed, which fails its own check) is left out.
-func DistinctOutputs(outputs map[string][]string) error {
-	keys := slices.Sorted(maps.Keys(outputs))
-	seen := map[string]string{} // joined digests -> the first key with them
-	for _, k := range keys {
-		if len(outputs[k]) == 0 {
-			continue
-		}
-		d := strings.Join(outputs[k], ",")
-		if first, ok := seen[d]; ok {
-			return fail("distinct-outputs", "inputs %s and %s gave the same decoded frames: the output does not depend on what was asked", first, k)
-		}
-		seen[d] = k
-	}
-	return nil
 }
 
 // Identity checks that the served artifact is the native one: the same file bytes and the same

@@ -18,11 +18,15 @@ import (
 )
 
 // failsWith asserts that err is a check failure naming name (read from the typed failure, as
-// check_test.go's failsWith does from outside the package) and that its message says so.
+// check_test.go's failsWith does from outside the package) and that its message says so; it
+// says so in the output as checktest.Failed does (which this package's own tests cannot import:
+// it imports the package).
 func failsWith(t *testing.T, err error, name string) {
 	t.Helper()
 	require.Error(t, err, "want check %s to fail", name)
-	assert.Equal(t, []string{name}, Names(err), "%v", err)
+	if assert.Equal(t, []string{name}, Names(err), "%v", err) {
+		t.Log("shown failing: " + name)
+	}
 	assert.Contains(t, err.Error(), "check "+name+":")
 }
 
@@ -146,19 +150,19 @@ func TestEncodePSNRMeasuresTheEncoder(t *testing.T) {
 	raw := filepath.Join(t.TempDir(), "frames.rgb")
 	require.NoError(t, os.WriteFile(raw, v.Pix, 0o644))
 
-	p, err := EncodePSNR(raw, frames, true)
+	p, err := EncodePSNR(raw, frames, true, nil)
 	require.NoError(t, err)
 	assert.Equal(t, 100.0, p)
 
 	changed := image.NewRGBA(frames[1].Rect)
 	copy(changed.Pix, frames[1].Pix)
 	changed.Pix[0] += 20
-	p, err = EncodePSNR(raw, []*image.RGBA{frames[0], changed}, false)
+	p, err = EncodePSNR(raw, []*image.RGBA{frames[0], changed}, false, nil)
 	require.NoError(t, err)
 	assert.Less(t, p, 100.0)
 	assert.Greater(t, p, MinClipPSNR)
 	// Lossy within the floor passes a clip; an image must be lossless.
-	p, err = EncodePSNR(raw, []*image.RGBA{frames[0], changed}, true)
+	p, err = EncodePSNR(raw, []*image.RGBA{frames[0], changed}, true, nil)
 	failsWith(t, err, "encode-psnr")
 	assert.ErrorContains(t, err, "a lossless artifact must decode to them exactly")
 	assert.Less(t, p, 40.0, "the figure is kept for the report")
@@ -167,7 +171,7 @@ func TestEncodePSNRMeasuresTheEncoder(t *testing.T) {
 	for i := range far.Pix {
 		far.Pix[i] = frames[1].Pix[i] + 100
 	}
-	_, err = EncodePSNR(raw, []*image.RGBA{frames[0], far}, false)
+	_, err = EncodePSNR(raw, []*image.RGBA{frames[0], far}, false, nil)
 	failsWith(t, err, "encode-psnr")
 	assert.ErrorContains(t, err, "in 4x4 box means, under the floor of 28 dB")
 
@@ -185,17 +189,17 @@ func TestEncodePSNRMeasuresTheEncoder(t *testing.T) {
 	require.NoError(t, err)
 	grayRaw := filepath.Join(t.TempDir(), "gray.rgb")
 	require.NoError(t, os.WriteFile(grayRaw, gv.Pix, 0o644))
-	p, err = EncodePSNR(grayRaw, []*image.RGBA{noisy}, false)
+	p, err = EncodePSNR(grayRaw, []*image.RGBA{noisy}, false, nil)
 	require.NoError(t, err)
 	assert.Equal(t, 100.0, p, "the noise cancels in the box")
-	p, err = EncodePSNR(grayRaw, []*image.RGBA{noisy}, true)
+	p, err = EncodePSNR(grayRaw, []*image.RGBA{noisy}, true, nil)
 	failsWith(t, err, "encode-psnr")
 	assert.InDelta(t, 16.1, p, 0.1, "pixel by pixel: 40 levels everywhere")
 
-	_, err = EncodePSNR(raw, frames[:1], false)
+	_, err = EncodePSNR(raw, frames[:1], false, nil)
 	failsWith(t, err, "encode-psnr")
 	assert.ErrorContains(t, err, "check encode-psnr: raw frames against the 1 decoded")
-	_, err = EncodePSNR(filepath.Join(t.TempDir(), "missing.rgb"), frames, false)
+	_, err = EncodePSNR(filepath.Join(t.TempDir(), "missing.rgb"), frames, false, nil)
 	failsWith(t, err, "encode-psnr")
 	assert.ErrorContains(t, err, "check encode-psnr: the native raw frames")
 }

@@ -1,11 +1,15 @@
 package check_test
 
 import (
+	"encoding/json"
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,11 +19,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mediaqual/mediaqual/harness/check"
+	"github.com/mediaqual/mediaqual/harness/check/checktest"
 )
 
-// shownFailing names, for each registered check, the tests that make it fail and read its name
-// from the typed failure ("<file from the module root>:<test>"). A check caught by a fault of
-// faults_test.go's faultCases needs no entry here (the fault self-test is the evidence), but
+// shownFailing names, for each registered check, the tests that make it fail and assert it did
+// with checktest.Failed ("<file from the module root>:<test>"). A check caught by a fault of
+// selftest/faults_test.go's faultCases needs no entry here (the fault self-test is the evidence), but
 // may have one.
 var shownFailing = map[string][]string{
 	"inventory-row":            {"harness/qualify/checks_test.go:TestInventoryChecksFailByName"},
@@ -27,7 +32,7 @@ var shownFailing = map[string][]string{
 	"gpu-environment":          {"harness/qualify/checks_test.go:TestInventoryChecksFailByName"},
 	"bundle-revision":          {"harness/check/check_test.go:TestBundleRevisionChecks"},
 	"golden":                   {"harness/check/run_test.go:TestGoldenCatchesChangedOutput"},
-	"reference-output":         {"harness/check/check_test.go:TestReferenceOutputChecks"},
+	"reference-output":         {"harness/check/check_test.go:TestReferenceOutputChecks", "harness/qualify/correctness_test.go:TestServedOutputsHeldToReferenceOutputs"},
 	"reference-frames":         {"harness/check/check_test.go:TestReferenceOutputChecks"},
 	"reference-size":           {"harness/check/check_test.go:TestReferenceOutputChecks"},
 	"bundle-digest":            {"harness/check/check_test.go:TestBundleRevisionChecks"},
@@ -38,7 +43,8 @@ var shownFailing = map[string][]string{
 	"aiperf-install":           {"harness/qualify/checks_test.go:TestAIPerfInstallFailsByName"},
 	"aiperf-version":           {"harness/check/run_test.go:TestAIPerfRunChecksCatchBrokenRuns"},
 	"aiperf-exports":           {"harness/check/run_test.go:TestAIPerfRunChecksCatchBrokenRuns"},
-	"distinct-outputs":         {"harness/check/check_test.go:TestDistinctOutputs"},
+	"distinct-outputs":         {"harness/check/distinct_test.go:TestOutputsCompareByPicture"},
+	"seed-influence":           {"harness/check/distinct_test.go:TestOutputsCompareByPicture"},
 	"aiperf-counts":            {"harness/check/run_test.go:TestAIPerfRunChecksCatchBrokenRuns"},
 	"aiperf-inputs":            {"harness/check/run_test.go:TestAIPerfRunChecksCatchBrokenRuns"},
 	"aiperf-exit":              {"harness/check/run_test.go:TestAIPerfRunChecksCatchBrokenRuns"},
@@ -65,15 +71,17 @@ var shownFailing = map[string][]string{
 	"influence-size":           {"harness/check/check_test.go:TestSizeMismatchChecks"},
 	"influence-expected-gap":   {"harness/check/run_test.go:TestInfluenceVerdict"},
 	"timing-latency":           {"harness/qualify/timing_test.go:TestTimingFailsWithoutAClientLatency"},
-	"delete":                   {"harness/check/run_test.go:TestDeletedJobMustAnswer404"},
+	"task-wall":                {"harness/qualify/timing_test.go:TestTimingCrossChecksTheServersFigures"},
+	"task-time-agrees":         {"harness/qualify/timing_test.go:TestTimingCrossChecksTheServersFigures"},
+	"timing-parts":             {"harness/qualify/timing_test.go:TestTimingCrossChecksTheServersFigures"},
+	"timing-overhead":          {"harness/qualify/timing_test.go:TestTimingCrossChecksTheServersFigures"},
+	"delete":                   {"harness/check/run_test.go:TestDeletedJobMustAnswer404", "harness/qualify/cleanup_test.go:TestCleanupDeletesEveryJobAndChecksItsContent"},
 	"deadline":                 {"harness/qualify/deadline_test.go:TestASilentEndpointFailsByItsDeadline"},
 }
 
-// testFunc is what the meta-test reads of one test function.
+// testFunc is what the meta-test reads of one test function's source.
 type testFunc struct {
-	literals []string // every string literal in its body, unquoted
-	reads    []string // the calls and selectors it makes (Names, Check, failsWith ...)
-	makes    bool     // it makes a failure itself (check.Fail or a check.Failure literal)
+	makes bool // it makes a failure itself (check.Fail or a check.Failure literal)
 }
 
 // parseTests reads every top-level function of the _test.go files in dir.
@@ -92,21 +100,13 @@ func parseTests(t *testing.T, dir string) map[string]testFunc {
 			var tf testFunc
 			ast.Inspect(fd.Body, func(n ast.Node) bool {
 				switch x := n.(type) {
-				case *ast.BasicLit:
-					if s, err := strconv.Unquote(x.Value); err == nil && x.Kind == token.STRING {
-						tf.literals = append(tf.literals, s)
-					}
 				case *ast.CallExpr:
 					switch fn := x.Fun.(type) {
 					case *ast.Ident:
-						tf.reads = append(tf.reads, fn.Name)
 						tf.makes = tf.makes || fn.Name == "Fail" || fn.Name == "fail"
 					case *ast.SelectorExpr:
-						tf.reads = append(tf.reads, fn.Sel.Name)
 						tf.makes = tf.makes || fn.Sel.Name == "Fail"
 					}
-				case *ast.SelectorExpr:
-					tf.reads = append(tf.reads, x.Sel.Name)
 				case *ast.CompositeLit:
 					if s, ok := x.Type.(*ast.SelectorExpr); ok && s.Sel.Name == "Failure" {
 						tf.makes = true
@@ -123,23 +123,9 @@ func parseTests(t *testing.T, dir string) map[string]testFunc {
 	return funcs
 }
 
-// readsTheName says whether f reads a failure's check from the typed failure: check.Names, a
-// Failure's Check field, or a helper of its own package that does (failsWith, failsAt ...).
-func readsTheName(f testFunc, funcs map[string]testFunc) bool {
-	for _, r := range f.reads {
-		if r == "Names" || r == "Check" {
-			return true
-		}
-		if h, ok := funcs[r]; ok && !strings.HasPrefix(r, "Test") && slices.ContainsFunc(h.reads, func(x string) bool { return x == "Names" || x == "Check" }) {
-			return true
-		}
-	}
-	return false
-}
-
-// faultChecks is the check column of faults_test.go's faultCases, read from its source.
+// faultChecks is the check column of selftest/faults_test.go's faultCases, read from its source.
 func faultChecks(t *testing.T, root string) []string {
-	af, err := parser.ParseFile(token.NewFileSet(), filepath.Join(root, "faults_test.go"), nil, 0)
+	af, err := parser.ParseFile(token.NewFileSet(), filepath.Join(root, "selftest", "faults_test.go"), nil, 0)
 	require.NoError(t, err)
 	var checks []string
 	ast.Inspect(af, func(n ast.Node) bool {
@@ -159,16 +145,77 @@ func faultChecks(t *testing.T, root string) []string {
 		}
 		return false
 	})
-	require.NotEmpty(t, checks, "faultCases in faults_test.go")
+	require.NotEmpty(t, checks, "faultCases in selftest/faults_test.go")
 	return checks
 }
 
+const root = "../.."
+
+// ran is what a run of the mapped tests showed: by "<dir>:<test>", whether it passed and the
+// checks it showed failing (checktest.Failed's lines in its output, its subtests' included).
+type ran struct {
+	passed map[string]bool
+	shown  map[string][]string
+}
+
+// runShown runs the tests the maps name, in a child go test of their packages (-json), and
+// reads what each showed failing. Tests that do not exist are left to shownFailingGaps.
+func runShown(t *testing.T, maps ...map[string][]string) ran {
+	tests := map[string][]string{} // package dir -> test names
+	for _, m := range maps {
+		for _, refs := range m {
+			for _, ref := range refs {
+				file, fn, _ := strings.Cut(ref, ":")
+				dir := filepath.Dir(file)
+				if !slices.Contains(tests[dir], fn) {
+					tests[dir] = append(tests[dir], fn)
+				}
+			}
+		}
+	}
+	var names, pkgs []string
+	for dir, fns := range tests {
+		if _, err := os.Stat(filepath.Join(root, dir)); err != nil {
+			continue
+		}
+		pkgs = append(pkgs, "./"+dir)
+		names = append(names, fns...)
+	}
+	slices.Sort(pkgs)
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	cmd := exec.Command(goTool, append([]string{"test", "-count=1", "-json", "-run", "^(" + strings.Join(names, "|") + ")$"}, pkgs...)...)
+	cmd.Dir = root
+	out, _ := cmd.Output() // a failing test is read from the events, not the exit status
+	r := ran{passed: map[string]bool{}, shown: map[string][]string{}}
+	const module = "github.com/mediaqual/mediaqual/"
+	for _, line := range strings.Split(string(out), "\n") {
+		var ev struct{ Action, Package, Test, Output string }
+		if json.Unmarshal([]byte(line), &ev) != nil || ev.Test == "" {
+			continue
+		}
+		top, _, _ := strings.Cut(ev.Test, "/")
+		key := strings.TrimPrefix(ev.Package, module) + ":" + top
+		switch {
+		case ev.Action == "pass" && top == ev.Test:
+			r.passed[key] = true
+		case ev.Action == "output":
+			if _, name, ok := strings.Cut(strings.TrimSpace(ev.Output), checktest.Shown); ok && !slices.Contains(r.shown[key], name) {
+				r.shown[key] = append(r.shown[key], name)
+			}
+		}
+	}
+	require.NotEmpty(t, r.passed, "the child run of the mapped tests passed none:\n%s", out)
+	return r
+}
+
 // shownFailingGaps is what TestEveryCheckIsShownFailing holds to be empty: for every registered
-// check, either a fault of faultCases that must be caught by it, or a mapping in shown to
-// tests that exist, contain the check's name as a string literal (exactly, not inside a
-// message), read the name from the typed failure and do not make the failure themselves.
-func shownFailingGaps(t *testing.T, shown map[string][]string) []string {
-	const root = "../.."
+// check, either a fault of faultCases that must be caught by it (the fault self-test asserts
+// that it was), or a mapping in shown to tests that exist, do not make the failure themselves,
+// and, run, pass having shown the check failing (checktest.Failed).
+func shownFailingGaps(t *testing.T, shown map[string][]string, r ran) []string {
 	faults := faultChecks(t, root)
 	parsed := map[string]map[string]testFunc{}
 	var gaps []string
@@ -197,31 +244,35 @@ func shownFailingGaps(t *testing.T, shown map[string][]string) []string {
 				parsed[dir] = parseTests(t, dir)
 			}
 			f, ok := parsed[dir][fn]
+			key := filepath.Dir(file) + ":" + fn
 			switch {
 			case !ok:
 				gaps = append(gaps, c.Name+": "+ref+": no such test")
-			case !slices.Contains(f.literals, c.Name):
-				gaps = append(gaps, c.Name+": "+ref+" does not name the check (a string literal \""+c.Name+"\")")
-			case !readsTheName(f, parsed[dir]):
-				gaps = append(gaps, c.Name+": "+ref+" does not read the check's name from the typed failure (check.Names, Failure.Check)")
 			case f.makes:
 				gaps = append(gaps, c.Name+": "+ref+" makes a failure itself (check.Fail or a Failure literal)")
+			case !r.passed[key]:
+				gaps = append(gaps, c.Name+": "+ref+" did not pass when run")
+			case !slices.Contains(r.shown[key], c.Name):
+				gaps = append(gaps, c.Name+": "+ref+" ran and did not show the check failing (checktest.Failed); it showed "+fmt.Sprint(r.shown[key]))
 			}
 		}
 	}
 	return gaps
 }
 
-// TestEveryCheckIsShownFailing: every entry of check.Registry is shown failing somewhere, by a
-// fault of the self-test (faultCases) or by a test that makes the check fail and reads its
-// name from the typed failure (shownFailing, verified against the tests' source). Shown
-// failing by removing one mapping and by pointing one at a test that does not name its check.
-func TestEveryCheckIsShownFailing(t *testing.T) {
-	assert.Empty(t, shownFailingGaps(t, shownFailing))
+// TestMentionsACheckOnly is what TestEveryCheckIsShownFailing must refuse: a test that names a
+// check and reads typed failures, but shows nothing failing.
+func TestMentionsACheckOnly(t *testing.T) {
+	t.Log("golden", check.Names(nil))
+}
 
-	// The mechanism itself: a missing mapping, a test that does not exist, one that does not
-	// name the check, one that does not read the typed failure, one that makes the failure
-	// itself, and a mapping for no registered check are each reported.
+// TestEveryCheckIsShownFailing: every entry of check.Registry is shown failing somewhere, by a
+// fault of the self-test (faultCases, whose test asserts the check failed under the fault) or
+// by a test that, run here, makes the check fail and asserts it did (shownFailing;
+// checktest.Failed says so in its output). A test that only mentions a check's name shows
+// nothing. Shown failing by removing one mapping and by pointing others at tests that do not
+// exist, show another check, only mention it, or make the failure themselves.
+func TestEveryCheckIsShownFailing(t *testing.T) {
 	broken := map[string][]string{}
 	for k, v := range shownFailing {
 		broken[k] = v
@@ -231,16 +282,20 @@ func TestEveryCheckIsShownFailing(t *testing.T) {
 	broken["encode-psnr"] = []string{"harness/check/run_test.go:TestGoldenCatchesChangedOutput"}
 	broken["decodable"] = []string{"harness/qualify/published_internal_test.go:TestCorruptPublishedRunDoesNotFailTheRow"}
 	broken["launch"] = []string{"harness/check/registry_test.go:TestFailureNames"}
-	broken["frame-count"] = []string{"harness/check/registry_test.go:TestEveryCheckNameIsRegistered"}
+	broken["frame-count"] = []string{"harness/check/shown_failing_test.go:TestMentionsACheckOnly"}
 	broken["no-such-check"] = []string{"harness/check/check_test.go:TestClipChecks"}
-	gaps := shownFailingGaps(t, broken)
+	r := runShown(t, shownFailing, broken)
+
+	assert.Empty(t, shownFailingGaps(t, shownFailing, r))
+
+	gaps := shownFailingGaps(t, broken, r)
 	for _, want := range []string{
 		"shape-probe: no fault of faultCases and no test in shownFailing shows it failing",
 		"golden: harness/check/run_test.go:TestNoSuchTest: no such test",
-		`encode-psnr: harness/check/run_test.go:TestGoldenCatchesChangedOutput does not name the check (a string literal "encode-psnr")`,
-		"decodable: harness/qualify/published_internal_test.go:TestCorruptPublishedRunDoesNotFailTheRow does not name the check",
+		"encode-psnr: harness/check/run_test.go:TestGoldenCatchesChangedOutput ran and did not show the check failing",
+		"decodable: harness/qualify/published_internal_test.go:TestCorruptPublishedRunDoesNotFailTheRow ran and did not show the check failing",
 		"launch: harness/check/registry_test.go:TestFailureNames makes a failure itself",
-		"frame-count: harness/check/registry_test.go:TestEveryCheckNameIsRegistered does not read the check's name from the typed failure",
+		"frame-count: harness/check/shown_failing_test.go:TestMentionsACheckOnly ran and did not show the check failing",
 		"no-such-check: mapped in shownFailing, but no registered check",
 	} {
 		assert.True(t, slices.ContainsFunc(gaps, func(g string) bool { return strings.HasPrefix(g, want) }), "want a gap %q in %q", want, gaps)

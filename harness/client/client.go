@@ -12,6 +12,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"mime"
@@ -196,16 +197,49 @@ func (c *Client) CreateVideo(ctx context.Context, fields map[string]string, requ
 	return v, err
 }
 
-// GetVideo asks the profile's poll route (GET /v1/videos/{id}).
+// GetVideo asks the profile's poll route (GET /v1/videos/{id}). A non-2xx answer whose body is
+// this job, failed, is the failed job, not an error: vLLM-Omni answers the poll of a failed
+// job with the error's HTTP status and the job (api_server.retrieve_video); the wire
+// assessment names that departure (failed-job-non-2xx).
 func (c *Client) GetVideo(ctx context.Context, id string) (Video, error) {
 	method, route := c.route(func(p wire.Profile) string { return p.PollVideo }, id)
 	r, err := c.do(ctx, method, route, nil, "", "")
+	var ae *APIError
+	if errors.As(err, &ae) {
+		if v, ok := failedJob(ae.RawBody, id); ok {
+			return v, nil
+		}
+	}
 	if err != nil {
 		return Video{}, err
 	}
 	var v Video
 	err = r.decode(&v, &v.Raw)
 	return v, err
+}
+
+// failedJob reads body as job id, failed; its error.code may be the HTTP status as a number
+// (vLLM-Omni's VideoError), which the contract's JobError carries as text.
+func failedJob(body []byte, id string) (Video, bool) {
+	var m map[string]any
+	if json.Unmarshal(body, &m) != nil || m["id"] != id || m["status"] != StatusFailed {
+		return Video{}, false
+	}
+	if e, ok := m["error"].(map[string]any); ok {
+		if n, ok := e["code"].(float64); ok {
+			e["code"] = strconv.FormatFloat(n, 'f', -1, 64)
+		}
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return Video{}, false
+	}
+	var v Video
+	r := &response{body: b}
+	if r.decodeBody(&v, &v.Raw) != nil {
+		return Video{}, false
+	}
+	return v, true
 }
 
 // ListVideos asks GET on the create route (GET /v1/videos) for the newest limit jobs.
@@ -281,10 +315,27 @@ func (c *Client) Content(ctx context.Context, id string) ([]byte, string, error)
 }
 
 // DeleteVideo asks the profile's delete route (DELETE /v1/videos/{id}) and checks the answer
-// says deleted.
+// says deleted: the contract's {id, object: "video.deleted", deleted: true}, or, for a profile
+// whose server answers with the job (Profile.Deleted, SGLang's delete_video), the job at that
+// status. Whether the job is gone is the caller's to check (a GET answering 404).
 func (c *Client) DeleteVideo(ctx context.Context, id string) error {
 	method, route := c.route(func(p wire.Profile) string { return p.DeleteVideo }, id)
-	return c.deleteObject(ctx, method, route, id)
+	status := c.profile().Deleted
+	if status == "" {
+		return c.deleteObject(ctx, method, route, id)
+	}
+	r, err := c.do(ctx, method, route, nil, "", "")
+	if err != nil {
+		return err
+	}
+	var v Video
+	if err := r.decode(&v, nil); err != nil {
+		return err
+	}
+	if v.ID != id || v.Status != status {
+		return r.errorf("answer %s is not job %s at status %q", snippet(r.body), id, status)
+	}
+	return nil
 }
 
 // DeleteImage asks DELETE /v1/images/{id} (an edit answered with a url) and checks the answer
@@ -390,12 +441,24 @@ func (r *response) decode(v any, raw *map[string]any) error {
 	if err := json.Unmarshal(r.body, v); err != nil {
 		return r.errorf("decoding JSON (Content-Type %q): %v; body %s", r.resp.Header.Get("Content-Type"), err, snippet(r.body))
 	}
+	if err := r.decodeBody(nil, raw); err != nil {
+		return r.errorf("decoding JSON: %v; body %s", err, snippet(r.body))
+	}
+	return nil
+}
+
+// decodeBody unmarshals the body into v (when non-nil) and *raw (when non-nil, numbers as
+// json.Number).
+func (r *response) decodeBody(v any, raw *map[string]any) error {
+	if v != nil {
+		if err := json.Unmarshal(r.body, v); err != nil {
+			return err
+		}
+	}
 	if raw != nil {
 		dec := json.NewDecoder(bytes.NewReader(r.body))
 		dec.UseNumber()
-		if err := dec.Decode(raw); err != nil {
-			return r.errorf("decoding JSON: %v; body %s", err, snippet(r.body))
-		}
+		return dec.Decode(raw)
 	}
 	return nil
 }
@@ -452,13 +515,31 @@ func apiError(method, route string, resp *http.Response, body []byte) *APIError 
 		RequestID: resp.Header.Get("X-Request-ID"), RetryAfter: resp.Header.Get("Retry-After"),
 		RawBody: body[:min(len(body), 4096)],
 	}
+	// code is a string in the contract and an integer in vLLM's ErrorInfo (the HTTP status);
+	// param may be null.
 	var env struct {
-		Error *APIErrorBody `json:"error"`
+		Error *struct {
+			Message, Type string
+			Param         *string
+			Code          any
+		} `json:"error"`
 	}
-	if err := json.Unmarshal(body, &env); err == nil && env.Error != nil && (env.Error.Code != "" || env.Error.Message != "") {
-		e.Body = *env.Error
+	if err := json.Unmarshal(body, &env); err == nil && env.Error != nil && (env.Error.Code != nil || env.Error.Message != "") {
+		e.Body.Message, e.Body.Type = env.Error.Message, env.Error.Type
+		if env.Error.Param != nil {
+			e.Body.Param = *env.Error.Param
+		}
+		switch code := env.Error.Code.(type) {
+		case string:
+			e.Body.Code = code
+		case float64:
+			e.Body.Code = strconv.FormatFloat(code, 'f', -1, 64)
+		}
 	} else {
 		e.Body.Message = fmt.Sprintf("no error envelope (Content-Type %q): body %s", resp.Header.Get("Content-Type"), snippet(body))
+	}
+	if resp.StatusCode == http.StatusUnauthorized {
+		e.Body.Message += " (the server wants credentials: set MEDIAQUAL_API_KEY to its API key)"
 	}
 	return e
 }

@@ -282,7 +282,7 @@ func TestVideoRoundTrip(t *testing.T) {
 	assert.Equal(t, Model{ID: "m-video", Object: "model", Capabilities: []string{"text_to_video"},
 		Family: "fam", Profile: "p/L0", Revision: "r1", Precision: "fp32", Runtime: "in-process",
 		QueueCapacity: 16, Controls: api.Controls{FPS: []int{8, 16}},
-		Defaults: api.Settings{FPS: 16}, Raw: ms[0].Raw}, ms[0])
+		Defaults: api.Defaults{Settings: api.Settings{FPS: 16}}, Raw: ms[0].Raw}, ms[0])
 	assert.Equal(t, "kept", ms[0].Raw["extra"])
 	assert.True(t, ms[1].Has("image_edit"))
 	assert.False(t, ms[1].Has("text_to_video"))

@@ -131,6 +131,10 @@ func Start(t testing.TB, cfg Config) *Server {
 	return s
 }
 
+// ErrNotReady is a server that was still running, and not ready, when its ReadyTimeout ended
+// (one that exited before is not: its own words say why).
+var ErrNotReady = errors.New("server not ready")
+
 // Launch is Start for callers that own the server's lifetime themselves (a server that
 // outlives the subtest that started it): it returns errors instead of failing a test, and the
 // caller must call Stop. On error the returned Server, when non-nil, has been started and
@@ -227,7 +231,7 @@ func Launch(cfg Config) (*Server, error) {
 	}
 
 	if err := s.waitReady(cfg); err != nil {
-		return s, fmt.Errorf("%s (pid %d): %v", name, s.pid(), err)
+		return s, fmt.Errorf("%s (pid %d): %w", name, s.pid(), err)
 	}
 	return s, nil
 }
@@ -307,8 +311,8 @@ func (s *Server) waitReady(cfg Config) error {
 			if s.URL != "" {
 				where = "GET " + s.URL + cfg.ReadyPath
 			}
-			return fmt.Errorf("server not ready after %v (%s: %s)\n%s",
-				time.Since(start).Round(time.Millisecond), where, last, s.tailBlock())
+			return fmt.Errorf("%w after %v (%s: %s)\n%s",
+				ErrNotReady, time.Since(start).Round(time.Millisecond), where, last, s.tailBlock())
 		case <-tick.C:
 		}
 	}

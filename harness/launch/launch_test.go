@@ -286,3 +286,27 @@ func TestTailFile(t *testing.T) {
 	assert.Equal(t, "line 1\nline 2\n", tailFile(p, 200)[:14])
 	assert.Equal(t, "", tailFile(p, 0))
 }
+
+// Launch tells a server that never became ready (ErrNotReady: give it more time) from one that
+// exited saying why (more time would not help; qualify adds its load-timeout hint to the first
+// only).
+func TestLaunchTellsNotReadyFromExited(t *testing.T) {
+	t.Parallel()
+	never := fakeConfig(t, "never-ready")
+	never.ReadyTimeout, never.Dir = 800*time.Millisecond, t.TempDir()
+	s, err := Launch(never)
+	require.Error(t, err)
+	assert.ErrorIs(t, err, ErrNotReady)
+	assert.Contains(t, err.Error(), "server not ready after")
+	if s != nil {
+		_ = s.Stop()
+	}
+	early := fakeConfig(t, "exit-early")
+	early.Dir = t.TempDir()
+	s, err = Launch(early)
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, ErrNotReady)
+	if s != nil {
+		_ = s.Stop()
+	}
+}

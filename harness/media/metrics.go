@@ -261,3 +261,31 @@ func IsBlank(img image.Image, tolerance float64) bool {
 	}
 	return true
 }
+
+// BoxMeans is img reduced to the means of its k x k boxes (edge boxes are smaller), rounded: a
+// picture's coarse content, which pixel noise (a nondeterministic kernel's) hardly moves.
+func BoxMeans(img *image.RGBA, k int) *image.RGBA {
+	w, h := img.Rect.Dx(), img.Rect.Dy()
+	out := image.NewRGBA(image.Rect(0, 0, (w+k-1)/k, (h+k-1)/k))
+	for by := 0; by*k < h; by++ {
+		for bx := 0; bx*k < w; bx++ {
+			var sum [3]int
+			n := 0
+			for y := by * k; y < min(by*k+k, h); y++ {
+				row := img.Pix[y*img.Stride:]
+				for x := bx * k; x < min(bx*k+k, w); x++ {
+					for c := range 3 {
+						sum[c] += int(row[4*x+c])
+					}
+					n++
+				}
+			}
+			o := out.PixOffset(bx, by)
+			for c := range 3 {
+				out.Pix[o+c] = uint8((sum[c] + n/2) / n)
+			}
+			out.Pix[o+3] = 255
+		}
+	}
+	return out
+}

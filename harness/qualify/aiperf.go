@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -44,12 +43,15 @@ type aiperfRequest struct {
 	hasLatency bool
 	creditNS   int64
 	// TaskMS is the server's Task time for this request; 0 when it reports none.
-	TaskMS   float64
-	timing   api.Timing
-	declared ledger.Output // what the server declared of the artifact (digests), when it did
-	actual   *api.Actual   // what the server reports it produced; nil when it reports nothing
-	peakMB   float64
-	raw      aiperf.RawRecord
+	TaskMS float64
+	// taskClaims are every report of the Task time the server made for this request, each a
+	// claim the timing stage holds to the others and to the client's clock.
+	taskClaims []check.TaskClaim
+	timing     *api.Timing   // the server's parts of its time; nil when it reports none
+	declared   ledger.Output // what the server declared of the artifact (digests), when it did
+	actual     *api.Actual   // what the server reports it produced; nil when it reports nothing
+	peakMB     float64
+	raw        aiperf.RawRecord
 }
 
 var (
@@ -116,6 +118,9 @@ func (c *caseRun) aiperf(s *serving) (aiperfRun, string, error) {
 	execErr := env.Exec(c.ctx, ar)
 	stopProgress()
 	x, err := aiperf.ReadExports(dir)
+	for _, raw := range x.Raw {
+		c.createdJobs(raw.JobID()) // before any check can fail: cleanup deletes them whatever happens
+	}
 	if err := check.AIPerfExports(err, execErr); err != nil {
 		return run, "", err
 	}
@@ -138,8 +143,14 @@ func (c *caseRun) aiperf(s *serving) (aiperfRun, string, error) {
 	}
 	run.Requests = requestsOf(reqs, byPrompt)
 	how := "every request maps to exactly one server job"
-	if s.External {
-		how = "every request maps to exactly one job the endpoint reports"
+	switch {
+	case !s.External:
+	case c.Entry.Workload != spec.TextToVideo:
+		how = "every request answered on its own exchange (an edit has no job to join)"
+	case c.echoed() != "":
+		how = fmt.Sprintf("every request maps to exactly one job the endpoint reports, but its polls echoed no X-Request-ID for %d: joined on AIPerf's record", len(c.unechoed))
+	default:
+		how = "every request maps to exactly one job the endpoint reports, each joined on the X-Request-ID the endpoint echoed"
 	}
 	return run, fmt.Sprintf("AIPerf %s: %s (%d warmup, %d measured); %s", env.Version, aiperf.Summarize(reqs), warmup, measured, how), nil
 }
@@ -153,14 +164,34 @@ func requestsOf(reqs []aiperf.Request, byPrompt map[string]workItem) []aiperfReq
 		e := r.Server[0]
 		q := aiperfRequest{item: byPrompt[prompt], Warmup: r.Warmup, RequestID: r.XRequestID, JobID: e.JobID,
 			LatencyMS: r.LatencyMS, hasLatency: r.HasLatency, creditNS: r.CreditIssuedNS, raw: r.Raw}
-		if e.Timing != nil {
-			q.timing, q.TaskMS = *e.Timing, e.Timing.TaskCallWallMS
+		q.timing, q.taskClaims = e.Timing, taskClaims(r, e)
+		if len(q.taskClaims) > 0 {
+			q.TaskMS = q.taskClaims[0].MS
 		}
 		if e.Output != nil {
 			q.declared, q.peakMB = *e.Output, e.Output.PeakMemoryMB
 		}
 		q.actual = e.Actual
 		out = append(out, q)
+	}
+	return out
+}
+
+// taskClaims are the server's reports of a request's Task time: its timing's
+// task_call_wall_ms (the ledger's, or an endpoint's answer) and its inference_time_s as AIPerf
+// recorded it (video_inference_time), or as the edit answer AIPerf kept says it.
+func taskClaims(r aiperf.Request, e ledger.Entry) []check.TaskClaim {
+	var out []check.TaskClaim
+	if e.Timing != nil && e.Timing.TaskCallWallMS != 0 {
+		out = append(out, check.TaskClaim{From: "timing.task_call_wall_ms", MS: e.Timing.TaskCallWallMS})
+	}
+	if r.HasServerInference {
+		return append(out, check.TaskClaim{From: "inference_time_s (AIPerf's video_inference_time)", MS: r.ServerInferenceMS})
+	}
+	for i := len(r.Raw.Responses) - 1; i >= 0; i-- {
+		if s, ok := r.Raw.Body(i)["inference_time_s"].(float64); ok {
+			return append(out, check.TaskClaim{From: "inference_time_s in the answer AIPerf kept", MS: s * 1000})
+		}
 	}
 	return out
 }
@@ -265,13 +296,17 @@ func (c *caseRun) followUnfinished(s *serving, x aiperf.Exports) ([]aiperf.Reque
 
 // account is the server's account of the run: a launched mediaserve's ledger, or, for an
 // endpoint (whose ledger, if any, is not ours to read), a terminal job line built from what
-// the endpoint answers for each job AIPerf saw. Every answer is kept for the contract's
-// assessment.
+// the endpoint answers for each job AIPerf saw. Each job's poll carries its request's
+// X-Request-ID, and the line is filed under the id the endpoint echoes (so a server that
+// echoes another request's id fails the accounting); an endpoint that echoes none is joined on
+// AIPerf's record alone, which the row says (unechoed). Every answer is kept for the
+// contract's assessment.
 func (c *caseRun) account(s *serving, x aiperf.Exports) ([]ledger.Entry, error) {
 	if !s.External {
 		return ledger.Read(s.ledgerPath)
 	}
 	var entries []ledger.Entry
+	c.unechoed = nil
 	for _, raw := range x.Raw {
 		e := ledger.Entry{Event: "job", RequestID: raw.Meta.XRequestID, JobID: raw.JobID()}
 		var body []byte
@@ -280,9 +315,15 @@ func (c *caseRun) account(s *serving, x aiperf.Exports) ([]ledger.Entry, error) 
 				continue // neither a job nor a refusal: Join calls it lost
 			}
 			method, path := s.Profile.Path(s.Profile.PollVideo, e.JobID)
-			step, err := s.exchange(c.ctx, "poll", method, path, nil)
+			ctx, echo := withRequestID(c.ctx, e.RequestID)
+			step, err := s.exchange(ctx, "poll", method, path, nil)
 			if err != nil {
 				return nil, err
+			}
+			if echo.got == "" {
+				c.unechoed = append(c.unechoed, e.RequestID)
+			} else {
+				e.RequestID = echo.got // the endpoint's own word on whose job this is
 			}
 			c.steps = append(c.steps, step)
 			if step.Response.Status != http.StatusOK {
@@ -296,9 +337,6 @@ func (c *caseRun) account(s *serving, x aiperf.Exports) ([]ledger.Entry, error) 
 				continue // unfinished: no terminal line yet
 			}
 			e.Status, e.Error, body = v.Status, v.Error, step.Response.Body
-			if !math.IsNaN(v.TaskTimeS) {
-				e.Timing = &api.Timing{TaskCallWallMS: v.TaskTimeS * 1000}
-			}
 		} else {
 			if raw.Error != nil {
 				continue // the client's error is kept by Join
@@ -311,6 +349,8 @@ func (c *caseRun) account(s *serving, x aiperf.Exports) ([]ledger.Entry, error) 
 			e.Status = api.StatusCompleted
 		}
 		// mediaserve's own objects say more (timing parts, digests); other servers' do not.
+		// A Task time reported only as inference_time_s is read from what AIPerf kept
+		// (taskClaims), the suite's poll being a second reading of the same answer.
 		var more struct {
 			Timing       *api.Timing `json:"timing"`
 			SHA256       string      `json:"sha256"`
@@ -318,9 +358,7 @@ func (c *caseRun) account(s *serving, x aiperf.Exports) ([]ledger.Entry, error) 
 			Actual       *api.Actual `json:"actual"`
 		}
 		if json.Unmarshal(body, &more) == nil {
-			if more.Timing != nil && more.Timing.TaskCallWallMS > 0 {
-				e.Timing = more.Timing
-			}
+			e.Timing = more.Timing
 			e.Actual = more.Actual
 			e.Output = &ledger.Output{SHA256: more.SHA256, PeakMemoryMB: more.PeakMemoryMB}
 		}
@@ -400,4 +438,30 @@ func (c *caseRun) notOwn(entries []ledger.Entry) []ledger.Entry {
 		}
 	}
 	return out
+}
+
+// requestIDKey carries, in a request's context, the X-Request-ID serving.exchange sends and
+// the one the server echoed.
+type requestIDKey struct{}
+
+type requestIDEcho struct{ sent, got string }
+
+// withRequestID is ctx for an exchange that sends id as X-Request-ID; the echo reads what the
+// server answered in the same header once the exchange is done ("" for none).
+func withRequestID(ctx context.Context, id string) (context.Context, *requestIDEcho) {
+	e := &requestIDEcho{sent: id}
+	return context.WithValue(ctx, requestIDKey{}, e), e
+}
+
+// echoed is the limit of an endpoint that echoed no X-Request-ID on its jobs' polls: the
+// account joins its jobs to AIPerf's requests on AIPerf's record alone.
+func (c *caseRun) echoed() string {
+	if len(c.unechoed) == 0 {
+		return ""
+	}
+	why := fmt.Sprintf("the endpoint echoed no X-Request-ID on the polls of %d jobs (request %s first): they are joined to AIPerf's requests on AIPerf's record alone, never on the server's own word",
+		len(c.unechoed), c.unechoed[0])
+	c.limit(spec.FamilyValidated, why)
+	c.findings = append(c.findings, wire.Finding{Name: "no-request-id-echo", Detail: why})
+	return why
 }

@@ -3,11 +3,16 @@ package qualify
 import (
 	"errors"
 	"fmt"
+	"image"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/mediaqual/mediaqual/harness/check"
+	"github.com/mediaqual/mediaqual/harness/media"
+	"github.com/mediaqual/mediaqual/harness/wire"
 	"github.com/mediaqual/mediaqual/models/spec"
 )
 
@@ -41,12 +46,20 @@ func (a artifactSet) measured() []artifact {
 // fetchArtifacts is the stage "artifacts": the artifact of every request of the AIPerf run
 // (AIPerf throws videos away) fetched, held to the digest the server declared, and put
 // through every artifact check.
-func (c *caseRun) fetchArtifacts(s *serving, native nativeOutputs, run aiperfRun) (artifactSet, string, error) {
+func (c *caseRun) fetchArtifacts(s *serving, native nativeOutputs, run aiperfRun) (_ artifactSet, summary string, _ error) {
 	out := artifactSet{Run: run}
 	if len(run.Requests) == 0 {
 		return out, "", errors.New("no AIPerf requests to check: the aiperf stage failed")
 	}
-	var failed []error // every artifact is fetched and kept; each failure is listed
+	var failed []error                    // every artifact is fetched and kept; each failure is listed
+	byInput := map[string][]*image.RGBA{} // each input's first artifact, coarse, for distinct-outputs
+	refs := c.referenceOutputs()
+	enc := encodeCheck{native: native, contract: map[string][]*image.RGBA{}}
+	defer func() {
+		if refs != nil && len(refs.ssim) > 0 && len(native) == 0 {
+			c.Row.ReferenceSSIM = refs.ssim
+		}
+	}()
 	declared, unreported := 0, 0
 	for _, r := range run.Requests {
 		a := artifact{aiperfRequest: r}
@@ -92,19 +105,22 @@ func (c *caseRun) fetchArtifacts(s *serving, native nativeOutputs, run aiperfRun
 		if a.Decoded, err = c.frameDigests(a.Path, frames); err != nil {
 			failed = append(failed, fmt.Errorf("%s: %w", where, err))
 		}
-		if n, ok := native[r.item.key]; ok && frames != nil && n.FramesSHA256 == r.declared.FramesSHA256 {
-			// The served artifact was encoded from exactly the native raw frames.
-			if a.PSNR, err = check.EncodePSNR(n.Raw, frames, c.Entry.Workload != spec.TextToVideo); err != nil {
+		if _, ok := byInput[r.item.key]; !ok && frames != nil {
+			byInput[r.item.key] = check.Coarse(frames)
+			if len(native) == 0 {
+				// No native path here: the bundle's reference outputs, if any, hold the served ones.
+				if err := refs.compare(c.ctx, r.item.key, frames, c.Entry.Workload); err != nil {
+					failed = append(failed, fmt.Errorf("%s: %w", where, err))
+				}
+			}
+		}
+		if frames != nil {
+			var err error
+			if a.PSNR, err = enc.measure(c, r, frames); err != nil {
 				failed = append(failed, fmt.Errorf("%s: %w", where, err))
 			}
 		}
 		out.Served = append(out.Served, a)
-	}
-	byInput := map[string][]string{}
-	for _, a := range out.Served {
-		if _, ok := byInput[a.item.key]; !ok {
-			byInput[a.item.key] = a.Decoded
-		}
 	}
 	if err := check.DistinctOutputs(byInput); err != nil {
 		failed = append(failed, err)
@@ -116,6 +132,10 @@ func (c *caseRun) fetchArtifacts(s *serving, native nativeOutputs, run aiperfRun
 		return out, "", errors.Join(failed...)
 	}
 	c.Row.Counts["artifacts_verified"] = len(out.Served)
+	defer func() { summary += "; " + enc.summary() }()
+	if refs != nil && refs.compared > 0 && len(native) == 0 {
+		defer func() { summary += "; served " + refs.summary(nil) }()
+	}
 	if s.External {
 		settings := "each one's actual settings equal to what was asked"
 		if unreported > 0 {
@@ -141,4 +161,60 @@ func (c *caseRun) content(s *serving, jobID string) ([]byte, error) {
 		c.steps = append(c.steps, step)
 	}
 	return data, err
+}
+
+// encodeCheck is check encode-psnr over a run's artifacts: each held to the native raw frames
+// of its input, and a clip, where the server's contract fixes its encoder (mediaserve's),
+// to the suite's own encode of them too; what could not be measured is named.
+type encodeCheck struct {
+	native   nativeOutputs
+	contract map[string][]*image.RGBA // input -> the contract's encode of its raw frames
+	measured int
+	skipped  []string
+}
+
+func (e *encodeCheck) measure(c *caseRun, r aiperfRequest, frames []*image.RGBA) (float64, error) {
+	n, ok := e.native[r.item.key]
+	switch {
+	case !ok:
+		e.skip("no native raw frames here")
+		return 0, nil
+	case r.declared.FramesSHA256 != "" && r.declared.FramesSHA256 != n.FramesSHA256:
+		// Other frames than the native path's: identity fails it; their encoding cannot be
+		// measured against frames they are not.
+		e.skip(fmt.Sprintf("%s (request %s): the server declares other raw frames than the native path's", r.item.key, r.RequestID))
+		return 0, nil
+	}
+	var contract []*image.RGBA
+	if c.Entry.Workload == spec.TextToVideo {
+		if c.Config.Target.Profile.Name != wire.Mediaserve.Name {
+			e.skip("the contract's encoder (its own, not mediaserve's): held to the raw frames' box means only")
+		} else if contract, ok = e.contract[r.item.key]; !ok {
+			pix, err := os.ReadFile(n.Raw)
+			if err != nil {
+				return 0, check.Fail("encode-psnr", "the native raw frames: %w", err)
+			}
+			v := spec.Video{W: frames[0].Rect.Dx(), H: frames[0].Rect.Dy(), N: len(frames), Pix: pix}
+			if contract, err = media.EncodeContract(c.ctx, v, c.Entry.Defaults.FPS, c.Dir); err != nil {
+				return 0, check.Fail("encode-psnr", "%w", err)
+			}
+			e.contract[r.item.key] = contract
+		}
+	}
+	e.measured++
+	return check.EncodePSNR(n.Raw, frames, c.Entry.Workload != spec.TextToVideo, contract)
+}
+
+func (e *encodeCheck) skip(why string) {
+	if !slices.Contains(e.skipped, why) {
+		e.skipped = append(e.skipped, why)
+	}
+}
+
+func (e *encodeCheck) summary() string {
+	msg := fmt.Sprintf("encode-psnr measured on %d", e.measured)
+	if len(e.skipped) > 0 {
+		msg += "; encode-psnr not measured or in part: " + strings.Join(e.skipped, "; ")
+	}
+	return msg
 }

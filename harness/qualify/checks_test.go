@@ -17,6 +17,7 @@ import (
 
 	"github.com/mediaqual/mediaqual/harness/aiperf"
 	"github.com/mediaqual/mediaqual/harness/check"
+	"github.com/mediaqual/mediaqual/harness/check/checktest"
 	"github.com/mediaqual/mediaqual/harness/client"
 	"github.com/mediaqual/mediaqual/harness/wire"
 	"github.com/mediaqual/mediaqual/models/spec"
@@ -34,6 +35,7 @@ func failsAt(t *testing.T, err error, name string) {
 	names := check.Names(err)
 	require.NotEmpty(t, names, "want a check failure, got %v", err)
 	assert.Equal(t, name, names[0], "%v", err)
+	checktest.Failed(t, err, name)
 }
 
 // An incomplete row fails inventory-row; a complete row with no Task fails inventory-task; a

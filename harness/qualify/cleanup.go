@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 
 	"github.com/mediaqual/mediaqual/harness/check"
 	"github.com/mediaqual/mediaqual/harness/client"
@@ -11,30 +12,46 @@ import (
 	"github.com/mediaqual/mediaqual/models/spec"
 )
 
-// cleanup is the stage "cleanup": every job of the run deleted, each answering 404 after; a
+// cleanup is the stage "cleanup": every job the suite created deleted, whatever failed
+// before (a hung job, a failed aiperf stage), each job and its content answering 404 after; a
 // launched mediaserve also leaves no artifact file and exits cleanly. An endpoint is not
 // stopped: it was running before the suite and keeps running.
 func (c *caseRun) cleanup(s *serving, a artifactSet) (string, error) {
 	if s == nil {
 		return "", errors.New("no server: the serve stage failed")
 	}
-	var ids []string
-	for _, r := range a.Run.Requests {
-		if c.Entry.Workload == spec.TextToVideo && r.JobID != "" {
-			ids = append(ids, r.JobID)
+	ids := c.jobs
+	if c.Entry.Workload == spec.TextToVideo && !s.External {
+		// Every job on a launched mediaserve is the suite's, the ones no stage got to name
+		// (AIPerf aborted before its exports, for one) too.
+		listed, err := s.API.ListVideos(c.ctx, 100)
+		if err != nil {
+			return "", check.Fail("delete", "listing the server's jobs to delete them: %w", err)
+		}
+		for _, v := range listed {
+			ids = addJob(ids, v.ID)
 		}
 	}
+	var failed []error // every job is deleted; each failure is listed
 	for _, id := range ids {
 		if err := c.deleteVideo(s, id); err != nil {
-			return "", check.Fail("delete", "%w", err)
+			failed = append(failed, check.Fail("delete", "%w", err))
+			continue
 		}
 		_, err := s.API.GetVideo(c.ctx, id)
-		if err := check.GoneAfterDelete(id, err); err != nil {
-			return "", err
+		if err := check.GoneAfterDelete("job "+id, err); err != nil {
+			failed = append(failed, err)
+		}
+		_, _, err = s.API.Content(c.ctx, id)
+		if err := check.GoneAfterDelete("the content of "+id, err); err != nil {
+			failed = append(failed, err)
 		}
 	}
+	if len(failed) > 0 {
+		return "", errors.Join(failed...)
+	}
 	if s.External {
-		return fmt.Sprintf("%d jobs deleted, each answering 404 after; the endpoint keeps running (not launched by the suite)", len(ids)), nil
+		return fmt.Sprintf("%d jobs deleted, each and its content answering 404 after; the endpoint keeps running (not launched by the suite)", len(ids)), nil
 	}
 	if left, err := listDir(s.artifactDir); err != nil || len(left) > 0 {
 		return "", check.Fail("no-leftover-files", "%v %v", left, err)
@@ -45,7 +62,25 @@ func (c *caseRun) cleanup(s *serving, a artifactSet) (string, error) {
 	if left, err := listDir(s.artifactDir); err != nil || len(left) > 0 {
 		return "", check.Fail("no-leftover-files", "after shutdown: %v %v", left, err)
 	}
-	return fmt.Sprintf("%d jobs deleted; no artifact left; clean exit", len(ids)), nil
+	return fmt.Sprintf("%d jobs deleted, each and its content answering 404 after; no artifact left; clean exit", len(ids)), nil
+}
+
+// createdJobs records video jobs the server created for the suite's requests, for cleanup to
+// delete whatever fails before it.
+func (c *caseRun) createdJobs(ids ...string) {
+	if c.Entry.Workload != spec.TextToVideo {
+		return // an edit is answered whole; nothing stays to delete
+	}
+	for _, id := range ids {
+		c.jobs = addJob(c.jobs, id)
+	}
+}
+
+func addJob(ids []string, id string) []string {
+	if id == "" || slices.Contains(ids, id) {
+		return ids
+	}
+	return append(ids, id)
 }
 
 func listDir(dir string) ([]string, error) {

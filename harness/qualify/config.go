@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/mediaqual/mediaqual/harness/wire"
@@ -18,9 +19,13 @@ import (
 type Config struct {
 	// Mediaserve is the mediaserve binary: the target when no endpoint is given, and its
 	// `mediaserve task` is the native path. Empty: no native path here (identity is then
-	// "not compared" unless the bundle carries reference outputs).
+	// "not compared" unless the bundle carries reference outputs). Build it with
+	// `go build -o mediaserve github.com/mediaqual/mediaqual/cmd/mediaserve`.
 	Mediaserve string
-	// Root is the module root: goldens, reports/published and the AIPerf virtualenv are under it.
+	// Root is mediaqual's module root: a row's goldens, a worker's script, reports/published
+	// and the AIPerf virtualenv are found under it. From another module that is not ".": it is
+	// the directory `go list -m -f '{{.Dir}}' github.com/mediaqual/mediaqual` prints. A Root
+	// that lacks the files a row names is refused before the row runs (RootHolds).
 	Root string
 	// Lookup finds inventory rows by id, for /v1/models reconciliation; nil knows only the row
 	// being qualified.
@@ -155,4 +160,32 @@ func (c Config) plan(inputs int) (warmup, measured int) {
 		measured = c.Measured
 	}
 	return warmup, measured
+}
+
+// RootHolds refuses a Root without the files e names relative to mediaqual's module root: its
+// goldens (unless they are being written) and, for a launched mediaserve, its worker's
+// script. Without it such a row failed deep inside a stage ("open models/reference/...").
+func (c Config) RootHolds(e spec.Entry) error {
+	var need []string
+	if e.Goldens != "" && !c.UpdateGoldens {
+		need = append(need, e.Goldens)
+	}
+	if c.Mediaserve != "" && !c.Target.External() {
+		for _, a := range e.Worker {
+			if strings.HasSuffix(a, ".py") {
+				need = append(need, a)
+			}
+		}
+	}
+	for _, p := range need {
+		if filepath.IsAbs(p) {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(c.Root, p)); err != nil {
+			return fmt.Errorf("Config.Root (%q) is not mediaqual's module root: %s has no %s, which %s names; "+
+				"set Root to the directory `go list -m -f '{{.Dir}}' github.com/mediaqual/mediaqual` prints, "+
+				"or clear the row's Goldens if it is a row of your own", c.Root, c.Root, p, e.ID)
+		}
+	}
+	return nil
 }

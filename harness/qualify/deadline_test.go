@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mediaqual/mediaqual/harness/check"
+	"github.com/mediaqual/mediaqual/harness/check/checktest"
 	"github.com/mediaqual/mediaqual/reports"
 )
 
@@ -62,7 +63,7 @@ func TestASilentEndpointFailsByItsDeadline(t *testing.T) {
 	err = c.deadline("serve", err)
 	var f *check.Failure
 	require.ErrorAs(t, err, &f)
-	assert.Equal(t, "deadline", f.Check)
+	checktest.Failed(t, err, "deadline")
 	assert.Contains(t, err.Error(), "a request's deadline (300ms: MEDIAQUAL_REQUEST_TIMEOUT) passed")
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/mediaqual/mediaqual/harness/check"
+	"github.com/mediaqual/mediaqual/models/bundle"
 )
 
 // identity is the stage "identity": every served artifact equals the native artifact for the
@@ -14,7 +15,11 @@ func (c *caseRun) identity(native nativeOutputs, a artifactSet) (string, error) 
 		return "", errors.New("no served artifacts: the artifacts stage failed")
 	}
 	if len(native) == 0 {
-		return "", notCompared{"no native path for " + c.Entry.ID + " here: nothing to hold the served artifacts to"}
+		why := "no native path for " + c.Entry.ID + " here"
+		if c.noNativePath() == "" { // there is one: the correctness stage says why it gave nothing
+			why = "the correctness stage established no native outputs for " + c.Entry.ID
+		}
+		return "", notCompared{why + ": nothing to hold the served artifacts to"}
 	}
 	for _, s := range a.Served {
 		n, ok := native[s.item.key]
@@ -31,4 +36,16 @@ func (c *caseRun) identity(native nativeOutputs, a artifactSet) (string, error) 
 		msg += fmt.Sprintf(", both under layout %s (another layout may give other bytes)", l)
 	}
 	return msg, nil
+}
+
+// noNativePath says why there is no native path here, "" when there is one: no mediaserve, or
+// an endpoint's GPU row whose bundle is not on this machine.
+func (c *caseRun) noNativePath() string {
+	if c.Config.Mediaserve == "" {
+		return "Config.Mediaserve is empty"
+	}
+	if why := bundle.Missing(c.Entry); why != "" && c.Config.Target.External() {
+		return why
+	}
+	return ""
 }

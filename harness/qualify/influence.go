@@ -6,10 +6,14 @@ import (
 	"image"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
+	"github.com/mediaqual/mediaqual/harness/api"
 	"github.com/mediaqual/mediaqual/harness/check"
 	"github.com/mediaqual/mediaqual/harness/media"
+	"github.com/mediaqual/mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/reports"
 )
 
 // influence is the stage "influence", the reference-influence probe of image_edit: the same
@@ -62,10 +66,8 @@ func (c *caseRun) edit(s *serving, it workItem, requestID string) ([]byte, error
 			return nil, err
 		}
 	}
-	if _, reported := r.Raw["actual"]; reported || !s.External {
-		if err := check.Settings(it.asked, r.Actual); err != nil {
-			return nil, fmt.Errorf("probe %s: %w", requestID, err)
-		}
+	if err := c.ownSettings(s, requestID, it.asked, r.Actual, r.Raw["actual"] != nil); err != nil {
+		return nil, err
 	}
 	path := filepath.Join(c.Dir, "probe", requestID+".png")
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -76,4 +78,42 @@ func (c *caseRun) edit(s *serving, it workItem, requestID string) ([]byte, error
 
 func casePrefix(id string) string {
 	return strings.NewReplacer("/", "_", ".", "_").Replace(id)
+}
+
+// seedInfluence is the check "seed-influence" on two probe outputs (what): their decoded frames
+// must be two pictures, not one with other bytes.
+func (c *caseRun) seedInfluence(what string, a, b []byte) error {
+	var frames [2][]*image.RGBA
+	for i, data := range [][]byte{a, b} {
+		path := filepath.Join(c.Dir, "probe", fmt.Sprintf("seed-%d%s", i, extension(c.Entry.Workload)))
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			return err
+		}
+		var err error
+		if frames[i], err = decodeAll(c.ctx, path, c.Entry.Workload); err != nil {
+			return check.Fail("shape-probe", "%s: decoding its output: %w", what, err)
+		}
+	}
+	return check.SeedInfluence(what, frames[0], frames[1])
+}
+
+// ownSettings is check actual-settings on what the server reports it produced for one of the
+// suite's own requests (a probe), video or edit alike: held to what was asked wherever an
+// actual is reported, and a launched mediaserve must report one; an endpoint that reports none
+// is "not reported", as for the AIPerf run's artifacts: not failed, and the row capped.
+func (c *caseRun) ownSettings(s *serving, requestID string, asked api.Settings, actual api.Actual, reported bool) error {
+	if !reported && s.External {
+		why := "actual-settings not reported: the endpoint reports no actual for the suite's own requests (" + requestID + "), so an ignored setting cannot be told from an honoured one"
+		if !slices.ContainsFunc(c.Row.Limits, func(l reports.Limit) bool { return l.Why == why }) {
+			c.limit(spec.Implemented, why)
+		}
+		return nil
+	}
+	if err := check.Settings(asked, actual); err != nil {
+		return fmt.Errorf("probe %s: %w", requestID, err)
+	}
+	return nil
 }

@@ -78,9 +78,9 @@ func parityContradictions(p *spec.Parity) []string {
 
 // launchFailure is a failed launch's check: parity where the worker refused its runtime at
 // load, launch otherwise.
-func launchFailure(err error, hint string) error {
+func launchFailure(err error) error {
 	if strings.Contains(err.Error(), parityRefused) {
 		return check.Fail("parity", "the worker refused its runtime at load: %w", err)
 	}
-	return check.Fail("launch", "%w\n%s", err, hint)
+	return check.Fail("launch", "%w", err)
 }

@@ -17,6 +17,13 @@
 //		t.Log(row.Outcome)
 //	}
 //
+// Config.Mediaserve is the mediaserve binary: the server launched when no endpoint is set, and
+// the native path (`mediaserve task`) identity compares with. Build it with
+// `go build -o bin/mediaserve ./cmd/mediaserve` in a clone, or from another module with
+// `go build -o mediaserve github.com/mediaqual/mediaqual/cmd/mediaserve` (launch.BuildMediaserve
+// does the former); FromEnv takes MEDIAQUAL_MEDIASERVE for a prebuilt one. The example's Root "."
+// suits rows of one's own; mediaqual's rows need its module root (Config.Root).
+//
 // Nothing here knows a model: thresholds come from the row (models/spec), checks from
 // harness/check.
 package qualify
@@ -59,19 +66,18 @@ type caseRun struct {
 	findings  []wire.Finding // departures seen outside those steps
 	pollHold  time.Duration  // a launched mediaserve's -poll-hold
 	own       []string       // X-Request-IDs of the suite's own requests before AIPerf's (the shape probe)
+	jobs      []string       // video jobs created for the suite's requests: cleanup deletes each (createdJobs)
+	unechoed  []string       // AIPerf requests whose job's poll the endpoint answered without echoing X-Request-ID
 }
 
 // notCompared is a stage that could not establish anything: it is reported as not run (never
 // as a pass), with why.
 type notCompared struct{ Why string }
 
-func (n notCompared) Error() string { return "not compared: " + n.Why }
+func (n notCompared) Error() string { return "not run: " + n.Why }
 
 // Run qualifies entry against cfg's target, running each stage of Stages(entry) as a
 // subtest, and returns the result row. A failed stage fails t, and the row's outcome.
-// (row is the named result so that what the deferred function settles, the outcome above all,
-// is what Run returns: with an unnamed one, `return row` copied the row before it ran, and
-// rows whose stages failed were reported "passed".)
 func Run(t *testing.T, entry spec.Entry, cfg Config) (row reports.Row) {
 	return RunContext(context.Background(), t, entry, cfg)
 }
@@ -81,6 +87,8 @@ func Run(t *testing.T, entry spec.Entry, cfg Config) (row reports.Row) {
 // recorded as not run, a launched server is stopped, and the row's outcome is
 // reports.Interrupted, so that an interrupted run's report says what did and did not run.
 func RunContext(ctx context.Context, t *testing.T, entry spec.Entry, cfg Config) (row reports.Row) {
+	// row is named so that what the deferred function settles (the outcome above all) is
+	// what is returned.
 	start := time.Now()
 	if cfg.Target.Profile.Name == "" {
 		cfg.Target.Profile = wire.Mediaserve
@@ -106,6 +114,7 @@ func RunContext(ctx context.Context, t *testing.T, entry spec.Entry, cfg Config)
 			row.Outcome = reports.GapDetected
 		}
 		row.Earn()
+		report(t, row)
 	}()
 	c.Dir = c.caseDir()
 	c.runStages()
@@ -130,14 +139,20 @@ func (c *caseRun) runStages() {
 	for i, name := range Stages(c.Entry) {
 		if why := c.interrupted(); why != nil {
 			for _, rest := range Stages(c.Entry)[i:] {
-				c.Row.Stages = append(c.Row.Stages, reports.Stage{Name: rest, Message: "not run: the run was interrupted (" + why.Error() + ")"})
+				c.Row.Stages = append(c.Row.Stages, reports.Stage{Name: rest, NotRun: true, Message: "not run: the run was interrupted (" + why.Error() + ")"})
 			}
 			return
 		}
 		var fn func() (string, error)
 		switch name {
 		case StageInventory:
-			fn = func() (s string, err error) { bundle, s, err = c.inventory(); return }
+			fn = func() (s string, err error) {
+				if err := c.Config.RootHolds(c.Entry); err != nil {
+					return "", err
+				}
+				bundle, s, err = c.inventory()
+				return
+			}
 		case StageCorrectness:
 			fn = func() (s string, err error) { native, s, err = c.correctness(bundle); return }
 		case StageServe:
@@ -189,15 +204,36 @@ func (c *caseRun) stage(name string, fn func() (string, error)) bool {
 		}
 		msg = summary
 		if summary != "" {
-			t.Log(summary)
+			// Without the file:line t.Log would put before it, the same on every stage's line.
+			fmt.Fprintln(t.Output(), summary)
 		}
 	})
-	st := reports.Stage{Name: name, Passed: ok && !skipped, Message: msg, Checks: failed}
+	st := reports.Stage{Name: name, Passed: ok && !skipped, NotRun: skipped, Message: msg, Checks: failed}
 	if len(failed) > 0 {
 		st.Check = failed[0]
 	}
 	c.Row.Stages = append(c.Row.Stages, st)
 	return ok
+}
+
+// report prints what the row's verdict rests on, in go test -v's output (not only in a
+// report, which a run need not ask for): its findings, its limits and what it earned.
+func report(t *testing.T, row reports.Row) {
+	for _, f := range row.Findings {
+		t.Logf("finding: %s", f)
+	}
+	for _, l := range row.Limits {
+		t.Logf("limit: at most %s: %s", l.Ceiling, l.Why)
+	}
+	earned := string(row.Earned)
+	switch {
+	case earned != "":
+	case row.Outcome != reports.Passed:
+		earned = "nothing (" + row.Outcome + ")"
+	default:
+		earned = "nothing (" + row.Label + ")"
+	}
+	t.Logf("outcome: %s; earned: %s", row.Outcome, earned)
 }
 
 // interrupted is why the run was interrupted, or nil while it was not: the cause of the run's

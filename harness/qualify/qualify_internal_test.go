@@ -353,14 +353,17 @@ func TestEndpointDeparturesAreFindings(t *testing.T) {
 	assert.Empty(t, good.assess())
 }
 
-// A stage that could not compare is reported as not passed, and the case is not failed by it.
+// A stage that could not compare is reported as not run, saying why: not passed, and not a
+// failure (it read FAIL in the report of a passed row); the case is not failed by it.
 func TestNotComparedIsNeverAPass(t *testing.T) {
 	row := reports.Row{}
 	c := &caseRun{T: t, Row: &row}
 	c.stage("identity", func() (string, error) { return "", notCompared{"no native path"} })
 	require.Len(t, row.Stages, 1)
 	assert.False(t, row.Stages[0].Passed)
-	assert.Equal(t, "not compared: no native path", row.Stages[0].Message)
+	assert.True(t, row.Stages[0].NotRun)
+	assert.Equal(t, "not run", row.Stages[0].Mark())
+	assert.Equal(t, "not run: no native path", row.Stages[0].Message)
 	require.Len(t, row.Limits, 1, "and the row cannot earn more than implemented")
 	assert.Equal(t, spec.Implemented, row.Limits[0].Ceiling)
 }
@@ -381,7 +384,7 @@ func TestTaskSpeedAndEncodeQuality(t *testing.T) {
 	e := spec.Entry{Checkpoint: spec.Checkpoint{Defaults: spec.Settings{Steps: 2}},
 		DenoiseFLOPs: func(spec.Settings) float64 { return 2e12 }}
 	withDenoise := artifact{PSNR: 30}
-	withDenoise.timing.TaskPhasesMS = map[string]float64{"denoise": 200}
+	withDenoise.timing = &api.Timing{TaskPhasesMS: map[string]float64{"denoise": 200}}
 	tm := &reports.Timing{}
 	taskSpeed(tm, e, []artifact{withDenoise, withDenoise})
 	assert.Equal(t, 100.0, tm.DenoiseMSPerStep)
@@ -421,7 +424,8 @@ func TestEndpointGPURowNeedsNoLocalBundle(t *testing.T) {
 		assert.Contains(t, row.Stages[0].Message, "no local bundle")
 		for _, s := range row.Stages[1:] {
 			assert.False(t, s.Passed, s.Name)
-			assert.True(t, strings.HasPrefix(s.Message, "not compared: no native path"), "%s: %s", s.Name, s.Message)
+			assert.True(t, strings.HasPrefix(s.Message, "not run: no native path"), "%s: %s", s.Name, s.Message)
+			assert.True(t, s.NotRun, s.Name)
 		}
 		require.Len(t, row.Limits, 2)
 		row.Earn()

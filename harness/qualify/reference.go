@@ -127,7 +127,7 @@ func (r *referenceOutputs) runtimeNote(native nativeOutputs) string {
 	}
 	keys := slices.Sorted(maps.Keys(native))
 	if len(keys) == 0 {
-		return "no outputs to place"
+		return "no native outputs to place against them"
 	}
 	var other []string
 	for _, key := range keys {
@@ -156,4 +156,13 @@ func (r *referenceOutputs) summary(native nativeOutputs) string {
 	}
 	return fmt.Sprintf("%d outputs match the bundle's reference outputs (lowest mean SSIM %.3f, at least %.3f; %s)",
 		r.compared, r.lowest, r.c.MinSSIM, r.runtimeNote(native))
+}
+
+// servedAgainstReferences says what holds the served outputs when there is no native path: the
+// bundle's reference outputs, compared with them in the artifacts stage, or nothing.
+func (c *caseRun) servedAgainstReferences() string {
+	if r := c.referenceOutputs(); r != nil && r.present() {
+		return "the served outputs are held to the bundle's reference outputs in the artifacts stage instead"
+	}
+	return "and no reference outputs here (" + spec.ReferenceOutputsDir + "/ in the bundle) to hold the served outputs to: their correctness rests on the family's criteria alone"
 }

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -136,8 +137,11 @@ func (c *caseRun) launch() (*serving, string, error) {
 	}
 	start := time.Now()
 	srv, err := launch.Launch(cfg)
+	if errors.Is(err, launch.ErrNotReady) { // not for a server that exited saying why
+		err = fmt.Errorf("%w\n%s", err, bundle.RaiseHint(timeout, from))
+	}
 	if err != nil {
-		return nil, "", launchFailure(err, bundle.RaiseHint(timeout, from))
+		return nil, "", launchFailure(err)
 	}
 	c.Row.Load = &reports.Load{ReadyS: time.Since(start).Seconds(), TimeoutS: timeout.Seconds(), From: from}
 	c.T.Cleanup(func() { _ = srv.Stop() })
@@ -194,11 +198,18 @@ func (s *serving) exchange(ctx context.Context, step, method, path string, field
 	if s.API.APIKey != "" {
 		req.Header.Set("Authorization", "Bearer "+s.API.APIKey)
 	}
+	echo, _ := ctx.Value(requestIDKey{}).(*requestIDEcho)
+	if echo != nil {
+		req.Header.Set("X-Request-ID", echo.sent)
+	}
 	resp, err := s.API.HTTP.Do(req) // the case's client: never one without a timeout
 	if err != nil {
 		return st, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	defer resp.Body.Close()
+	if echo != nil {
+		echo.got = resp.Header.Get("X-Request-ID")
+	}
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return st, fmt.Errorf("%s %s: %w", method, path, err)

@@ -15,6 +15,7 @@ import (
 	"github.com/mediaqual/mediaqual/harness/aiperf"
 	"github.com/mediaqual/mediaqual/harness/api"
 	"github.com/mediaqual/mediaqual/harness/check"
+	"github.com/mediaqual/mediaqual/harness/check/checktest"
 	"github.com/mediaqual/mediaqual/models/spec"
 )
 
@@ -45,7 +46,7 @@ func TestNativeRecordsAreHeldToTheirSettings(t *testing.T) {
 	require.Len(t, errs, 1)
 	var f *check.Failure
 	require.ErrorAs(t, errs[0], &f)
-	assert.Equal(t, "actual-settings", f.Check)
+	checktest.Failed(t, errs[0], "actual-settings")
 	assert.Contains(t, errs[0].Error(), "native "+items[1].key+": check actual-settings")
 	// go-cmp's diff (its spacing is deliberately unstable): asked 4 steps, the record says 1.
 	assert.Regexp(t, `\n-[^\n]*Steps:[^\n]*4,\n\+[^\n]*Steps:[^\n]*1,\n`, errs[0].Error())
@@ -110,7 +111,7 @@ func TestServedActualSettings(t *testing.T) {
 			_, _, err = fetch(external, a)
 			var f *check.Failure
 			require.ErrorAs(t, err, &f, "external %v, actual %+v", external, a)
-			assert.Equal(t, "actual-settings", f.Check)
+			checktest.Failed(t, err, "actual-settings")
 			assert.Contains(t, err.Error(), "(-asked +actual)")
 		}
 	}

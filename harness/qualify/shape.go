@@ -77,8 +77,8 @@ func (c *caseRun) shapeProbe(s *serving) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if digest(first) == digest(second) {
-		return "", check.Fail("seed-influence", "the probe (%s) at seed %d and at seed %d gave the same bytes: the output does not depend on the seed", did, st.Seed, other.Seed)
+	if err := c.seedInfluence(fmt.Sprintf("the probe (%s) at seed %d and at seed %d", did, st.Seed, other.Seed), first, second); err != nil {
+		return "", err
 	}
 	return msg + fmt.Sprintf("; at seed %d it differs from seed %d", other.Seed, st.Seed), nil
 }
@@ -103,7 +103,7 @@ func (c *caseRun) probeClip(s *serving, st spec.Settings, prompt, id string) ([]
 	if done.Status != "completed" {
 		return nil, check.Fail("shape-probe", "%s at %s ended %s: %v", id, shape, done.Status, done.Error)
 	}
-	if err := check.Settings(asked(c.Entry, st), done.Actual); err != nil {
+	if err := c.ownSettings(s, id, asked(c.Entry, st), done.Actual, done.Raw["actual"] != nil); err != nil {
 		return nil, err
 	}
 	mp4, _, err := s.API.Content(ctx, v.ID)

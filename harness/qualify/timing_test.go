@@ -1,6 +1,7 @@
 package qualify
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,7 +13,10 @@ import (
 	"github.com/mediaqual/mediaqual/harness/aiperf"
 	"github.com/mediaqual/mediaqual/harness/api"
 	"github.com/mediaqual/mediaqual/harness/check"
+	"github.com/mediaqual/mediaqual/harness/check/checktest"
 	"github.com/mediaqual/mediaqual/harness/ledger"
+	"github.com/mediaqual/mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/reports"
 )
 
 // doctoredExport writes an AIPerf artifact directory of one warmup and two measured requests,
@@ -72,11 +76,87 @@ func TestTimingFailsWithoutAClientLatency(t *testing.T) {
 		_, err = timing("m2", drop)
 		var f *check.Failure
 		require.ErrorAs(t, err, &f, "drop record %v", drop)
-		assert.Equal(t, "timing-latency", string(f.Check))
+		checktest.Failed(t, err, "timing-latency")
 		assert.Contains(t, err.Error(), "request m2 (job video_m2): AIPerf recorded no request_latency")
 	}
 
 	// A warmup request without a latency is outside timing, as warmup is.
 	_, err = timing("w", false)
 	assert.NoError(t, err)
+}
+
+// timedRequest is one measured request of a doctored run: the client's latency, what AIPerf
+// recorded of the server's inference_time_s (0: nothing) and the server's timing.
+type timedRequest struct {
+	latencyMS, aiperfInferenceMS float64
+	timing                       *api.Timing
+}
+
+// timeDoctored runs the timing stage of e on one warmup and the measured requests given.
+func timeDoctored(t *testing.T, e spec.Entry, cfg Config, pollMS float64, reqs ...timedRequest) (reports.Row, string, error) {
+	warm := timedRequest{latencyMS: 130, timing: &api.Timing{TaskCallWallMS: 100}}
+	arts := artifactSet{Run: aiperfRun{PollMS: pollMS}}
+	for i, q := range append([]timedRequest{warm}, reqs...) {
+		id := fmt.Sprintf("r%d", i)
+		r := aiperf.Request{XRequestID: id, Warmup: i == 0, LatencyMS: q.latencyMS, HasLatency: true, CreditIssuedNS: int64(i+1) * 1e9}
+		r.ServerInferenceMS, r.HasServerInference = q.aiperfInferenceMS, q.aiperfInferenceMS != 0
+		r.Server = []ledger.Entry{{Event: "job", RequestID: id, JobID: "video_" + id, Status: "completed", Timing: q.timing}}
+		for _, ar := range requestsOf([]aiperf.Request{r}, nil) {
+			arts.Served = append(arts.Served, artifact{aiperfRequest: ar})
+		}
+	}
+	row := NewRow(e)
+	c := &caseRun{T: t, Entry: e, Config: cfg, Row: &row}
+	msg, err := c.timing(arts)
+	return row, msg, err
+}
+
+// Every figure the server reports of its time is held to a second source: its other report of
+// the same Task (AIPerf's reading of inference_time_s), its parts adding up to its total, the
+// client's clock; a figure nothing can hold is named the server's claim, and the row limited.
+// And every row has an overhead budget: a GPU row's is 0.88 % of the Task plus half the poll
+// interval. Shown failing by removing TaskTime, TimeParts and OverheadBudget from the stage: a
+// Task reported in ms where s is meant, a Task set to the server's whole time, a negative Task
+// and 140 ms of overhead on a GPU row all passed.
+func TestTimingCrossChecksTheServersFigures(t *testing.T) {
+	ref, gpu := lookup(t, "ref-t2v"), lookup(t, "Wan-AI/Wan2.1-T2V-1.3B")
+	honest := &api.Timing{ReceiveMS: 1, QueueMS: 2, TaskCallWallMS: 100, HandoverMS: 0.5, EncodeMS: 5, OtherMS: 1.5, TotalMS: 110}
+	row, msg, err := timeDoctored(t, ref, Defaults(), 100, timedRequest{130, 100, honest})
+	require.NoError(t, err)
+	assert.Contains(t, msg, "every Task time cross-checked")
+	assert.Empty(t, row.Limits)
+
+	failsWith := func(name, why string, cfg Config, e spec.Entry, q timedRequest) {
+		t.Helper()
+		_, _, err := timeDoctored(t, e, cfg, 100, q)
+		assert.Equal(t, []string{name}, check.Names(err), "%s: %v", why, err)
+		checktest.Failed(t, err, name)
+	}
+	failsWith("task-wall", "inference_time_s in ms where s is meant", Defaults(), ref, timedRequest{130, 100 * 1000, honest})
+	failsWith("task-time-agrees", "inference_time_s half the timing's Task", Defaults(), ref, timedRequest{130, 50, honest})
+	whole := *honest
+	whole.TaskCallWallMS = whole.TotalMS
+	failsWith("timing-parts", "a Task set to the server's whole time", Defaults(), ref, timedRequest{130, 0, &whole})
+	negative := *honest
+	negative.TaskCallWallMS, negative.OtherMS = -5, 106.5
+	failsWith("task-wall", "a negative Task", Defaults(), ref, timedRequest{130, 0, &negative})
+	long := *honest
+	long.TotalMS, long.OtherMS = 140, 31.5
+	failsWith("timing-parts", "a server's total longer than the client's request", Defaults(), ref, timedRequest{130, 100, &long})
+
+	// A GPU row: 100 ms Task and 100 ms poll interval, a budget of 0.88 ms + 50 ms.
+	_, msg, err = timeDoctored(t, gpu, Defaults(), 100, timedRequest{150, 100, honest})
+	require.NoError(t, err)
+	assert.Contains(t, msg, "0.88 % of the Task plus 50 ms")
+	failsWith("timing-overhead", "140 ms of overhead on a 100 ms Task", Defaults(), gpu, timedRequest{240, 100, honest})
+
+	// An endpoint that reports its Task once, without parts: the server's claim, and a limit.
+	ext := Defaults()
+	ext.Target.Endpoint = "http://endpoint.invalid"
+	row, msg, err = timeDoctored(t, gpu, ext, 100, timedRequest{150, 100, nil})
+	require.NoError(t, err)
+	assert.Contains(t, msg, "the server's claim alone")
+	require.Len(t, row.Limits, 1)
+	assert.Equal(t, spec.FamilyValidated, row.Limits[0].Ceiling)
+	assert.Contains(t, row.Limits[0].Why, "inference_time_s (AIPerf's video_inference_time)")
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/mediaqual/mediaqual/harness/api"
 )
@@ -145,6 +146,7 @@ func Assess(x Exchange) ([]Finding, error) {
 	add(progressJumps(polled)...)
 	if last.Status == api.StatusCompleted {
 		add(completed(p, last)...)
+		add(ProducedAsAsked(asked, last)...)
 	}
 	return fs, nil
 }
@@ -189,6 +191,28 @@ func echoes(where string, asked map[string]string, v Video) []Finding {
 	return fs
 }
 
+// ProducedAsAsked holds what a job object says it produced (the profile's Produced fields) to
+// what the create asked (its fields as text): a frame count or fps other than asked is a
+// setting the server changed.
+func ProducedAsAsked(asked map[string]string, v Video) []Finding {
+	var fs []Finding
+	for _, f := range v.Said {
+		var got int
+		switch f {
+		case "num_frames":
+			got = v.Produced.NumFrames
+		case "fps":
+			got = v.Produced.FPS
+		default:
+			continue
+		}
+		if want, err := strconv.Atoi(asked[f]); err == nil && want != got {
+			fs = append(fs, Finding{"setting-changed", fmt.Sprintf("%s %d asked, the job reports %d produced", f, want, got)})
+		}
+	}
+	return fs
+}
+
 // progressJumps: polls saw the job unfinished, yet progress never took a value between 0 and
 // 100, so a client cannot tell a running job from a stuck one.
 func progressJumps(polled []Video) []Finding {
@@ -208,7 +232,11 @@ func progressJumps(polled []Video) []Finding {
 // completed checks what a completed job's object must carry.
 func completed(p Profile, v Video) []Finding {
 	var fs []Finding
-	if v.Actual == nil {
+	switch {
+	case v.Actual != nil:
+	case len(v.Said) > 0:
+		fs = append(fs, Finding{"settings-partly-confirmed", fmt.Sprintf("the completed job reports only %s of what was produced (no actual): an ignored size, steps, guidance or seed cannot be told from an honoured one", strings.Join(v.Said, ", "))})
+	default:
 		fs = append(fs, Finding{"settings-unconfirmed", "the completed job does not say what was produced (no actual): ignored settings cannot be told from honoured ones"})
 	}
 	switch {

@@ -1,14 +1,17 @@
 // Package wire describes how each OpenAI-compatible media server speaks (its routes, field
 // names, job statuses, timing and error shapes) and turns a server's departures from the
 // mediaqual contract (docs/API.md) into named findings instead of failures to parse. The
-// profiles of SGLang diffusion and vLLM-Omni are read from their sources; each cites the file
-// and commit it follows. Nothing here knows a model.
+// profiles of SGLang diffusion and vLLM-Omni are read from their released packages (sglang
+// 0.5.23, vllm-omni 0.30.0 on vllm 0.30.0); each claim cites the file it comes from, and
+// harness/peers' TestProfilesHoldToReleasedSource holds the claims to those files as installed.
+// Nothing here knows a model.
 package wire
 
 import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -40,6 +43,29 @@ type Profile struct {
 	TaskTime []string
 	// TaskTimeNote says what the server's time field measures, when it is not the Task call.
 	TaskTimeNote string
+	// Deleted is the status a delete answers the job object with, for a server that answers a
+	// delete with the job rather than the contract's {id, object: "video.deleted", deleted: true};
+	// "" for the contract's answer.
+	Deleted string
+	// ParamPrefix is what the server puts before a request field's name in error.param (vLLM's
+	// validation errors name "body.fps").
+	ParamPrefix string
+	// Produced are the fields of the actual the server reports on the job object itself, at
+	// its top level (num_frames, fps, duration_s), where it reports no actual object.
+	Produced []string
+	// Models is how the server's GET /v1/models describes a model.
+	Models ModelCard
+}
+
+// ModelCard names the fields of a server's /v1/models entry that carry the contract's model
+// declaration; "" is a field the server's list never says (the qualification names it as a
+// limit: what a server cannot say is not held against it, nor taken on trust).
+type ModelCard struct {
+	Capabilities string // a list of capabilities, or of task types (TaskTypes)
+	// TaskTypes maps the server's task types to the contract's capabilities; nil: the list holds
+	// the contract's capabilities. A task type not mapped is not a capability the contract has.
+	TaskTypes                    map[string]string
+	Revision, Precision, Profile string
 }
 
 // Video is a video object in the contract's terms, whatever server sent it.
@@ -52,6 +78,10 @@ type Video struct {
 	Actual     *api.Actual // nil: the server does not say what it produced
 	TaskTimeS  float64     // NaN: no Task time reported
 	TaskTimeOf string      // the field TaskTimeS came from
+	// Produced is what the server reports it produced on the job object itself (the profile's
+	// Produced fields); only Said is meaningful.
+	Produced api.Actual
+	Said     []string // the Produced fields the object carries, in Profile.Produced's order
 }
 
 // Profiles of the servers the suite knows.
@@ -63,34 +93,49 @@ var (
 		CreateEncodings: []string{"multipart", "json"},
 		Statuses:        identity(api.StatusQueued, api.StatusInProgress, api.StatusCompleted, api.StatusFailed),
 		TaskTime:        []string{"timing.task_call_wall_ms", "inference_time_s"},
+		Models:          ModelCard{Capabilities: "capabilities", Revision: "revision", Precision: "precision", Profile: "profile"},
 	}
-	// SGLang follows mickqian/sglang@e339c83f (upstream main, 2026-07-07),
-	// python/sglang/multimodal_gen/runtime/entrypoints/openai/{video_api,image_api,protocol,utils}.py.
+	// SGLang is sglang 0.5.23's diffusion server (sglang/multimodal_gen/runtime/entrypoints/).
 	SGLang = Profile{
-		Name: "sglang", Source: "mickqian/sglang@e339c83f python/sglang/multimodal_gen/runtime/entrypoints/openai/",
+		Name: "sglang", Source: "sglang 0.5.23 (PyPI): sglang/multimodal_gen/runtime/entrypoints/openai/{video_api,video_progress,image_api,common_api,utils}.py",
 		CreateVideo: "POST /v1/videos", PollVideo: "GET /v1/videos/{id}", VideoContent: "GET /v1/videos/{id}/content",
 		DeleteVideo: "DELETE /v1/videos/{id}", EditImage: "POST /v1/images/edits",
+		// video_api.create_video reads multipart/form-data or a JSON body.
 		CreateEncodings: []string{"multipart", "json"},
-		// _dispatch_job_async sets only queued -> completed|failed; delete_video answers the
-		// job with status "deleted".
-		Statuses: identity(api.StatusQueued, api.StatusCompleted, api.StatusFailed),
-		TaskTime: []string{"inference_time_s"},
-		// utils.add_common_data_to_response: result.metrics.total_duration_s, the whole pipeline.
+		// video_api._video_job_from_sampling queued; video_progress.apply_progress in_progress
+		// (with the scheduler's per-step progress); video_api._dispatch_job_async completed or
+		// failed; video_api.delete_video answers the job with status "deleted" (Deleted).
+		Statuses: identity(api.StatusQueued, api.StatusInProgress, api.StatusCompleted, api.StatusFailed),
+		Deleted:  "deleted",
+		// utils.add_common_data_to_response, on videos and image edits alike:
+		// result.metrics.total_duration_s, the whole pipeline.
+		TaskTime:     []string{"inference_time_s"},
 		TaskTimeNote: "inference_time_s is the pipeline's total_duration_s, not the Task call alone",
+		// common_api._build_model_card: id, supported_task_types, dit_precision, vae_precision;
+		// no revision and no profile. Task types: configs/task_type.py ModelTaskType.
+		Models: ModelCard{Capabilities: "supported_task_types", Precision: "dit_precision", TaskTypes: map[string]string{
+			"T2V": "text_to_video", "TI2V": "text_to_video", "I2I": "image_edit", "TI2I": "image_edit"}},
 	}
-	// VLLMOmni follows rahul-steiger-nv/vllm-omni@8219c01b (2026-07-22),
-	// vllm_omni/entrypoints/openai/{api_server.py,protocol/videos.py,protocol/images.py}; its
-	// HTTPException answers go through vLLM's http_exception_handler
-	// (vllm-project/vllm vllm/entrypoints/serve/utils/server_utils.py @0753ceeb).
+	// VLLMOmni is vllm-omni 0.30.0's API server on vllm 0.30.0.
 	VLLMOmni = Profile{
-		Name: "vllm-omni", Source: "rahul-steiger-nv/vllm-omni@8219c01b vllm_omni/entrypoints/openai/",
+		Name: "vllm-omni", Source: "vllm-omni 0.30.0 (PyPI): vllm_omni/entrypoints/openai/{api_server.py,protocol/videos.py,video/generation/helpers.py,serving_video.py}; vllm 0.30.0: vllm/entrypoints/serve/engine/protocol.py",
 		CreateVideo: "POST /v1/videos", PollVideo: "GET /v1/videos/{id}", VideoContent: "GET /v1/videos/{id}/content",
 		DeleteVideo: "DELETE /v1/videos/{id}", EditImage: "POST /v1/images/edits",
-		CreateEncodings: []string{"multipart"}, // create_video takes Depends(_parse_video_form)
-		Statuses:        identity(api.StatusQueued, api.StatusInProgress, api.StatusCompleted, api.StatusFailed),
-		TaskTime:        []string{"inference_time_s"},
-		// _run_video_generation_job: perf_counter around generate_video_bytes and the save.
+		CreateEncodings: []string{"multipart"}, // api_server.create_video takes Depends(_parse_video_form)
+		// protocol/videos.py VideoGenerationStatus.
+		Statuses: identity(api.StatusQueued, api.StatusInProgress, api.StatusCompleted, api.StatusFailed),
+		// video/generation/helpers.py _run_video_generation_job: perf_counter around
+		// generate_video_bytes and the save.
+		TaskTime:     []string{"inference_time_s"},
 		TaskTimeNote: "inference_time_s spans generation and saving the file, not the Task call alone",
+		// vLLM's validation handler names a form field by its location, "body.<field>".
+		ParamPrefix: "body.",
+		// serving_video._video_metadata_from_artifacts: fps (the output's), num_frames (counted
+		// in the encoded MP4) and duration_s, merged into the job by _run_video_generation_job.
+		Produced: []string{"num_frames", "fps", "duration_s"},
+		// vllm's ModelCard (serve/engine/protocol.py): id, object, created, owned_by, root,
+		// parent, max_model_len, permission: no capability, revision, precision or profile.
+		Models: ModelCard{},
 	}
 )
 
@@ -158,7 +203,64 @@ func (p Profile) ParseVideo(body []byte) (Video, []Finding, error) {
 		}
 	}
 	v.TaskTimeS, v.TaskTimeOf = taskTime(raw, p.TaskTime)
+	for _, f := range p.Produced {
+		n, ok := raw[f].(float64)
+		if !ok {
+			continue
+		}
+		switch f {
+		case "num_frames":
+			v.Produced.NumFrames = int(n)
+		case "fps":
+			v.Produced.FPS = int(n)
+			if float64(v.Produced.FPS) != n {
+				fs = append(fs, Finding{"fractional-fps", fmt.Sprintf("fps %v is not a whole number", n)})
+			}
+		case "duration_s":
+			v.Produced.DurationS = n
+		}
+		v.Said = append(v.Said, f)
+	}
 	return v, fs, nil
+}
+
+// Field is a request field's name as the server's error.param names it, without the
+// profile's prefix ("body.fps" is fps).
+func (p Profile) Field(param string) string { return strings.TrimPrefix(param, p.ParamPrefix) }
+
+// ParseModel reads one entry of the server's GET /v1/models in the contract's terms. unsaid are
+// the declaration fields (capabilities, revision, precision, profile) the server's list never
+// carries; a field the profile names but this entry lacks reads "".
+func (p Profile) ParseModel(raw map[string]any) (m api.Model, unsaid []string) {
+	m.ID, _ = raw["id"].(string)
+	m.Raw = raw
+	c := p.Models
+	for _, f := range []struct {
+		name, from string
+		into       *string
+	}{{"revision", c.Revision, &m.Revision}, {"precision", c.Precision, &m.Precision}, {"profile", c.Profile, &m.Profile}} {
+		if f.from == "" {
+			unsaid = append(unsaid, f.name)
+			continue
+		}
+		*f.into, _ = raw[f.from].(string)
+	}
+	if c.Capabilities == "" {
+		return m, append([]string{"capabilities"}, unsaid...)
+	}
+	list, _ := raw[c.Capabilities].([]any)
+	for _, x := range list {
+		s, _ := x.(string)
+		if c.TaskTypes != nil {
+			if s = c.TaskTypes[s]; s == "" {
+				continue
+			}
+		}
+		if !slices.Contains(m.Capabilities, s) {
+			m.Capabilities = append(m.Capabilities, s)
+		}
+	}
+	return m, unsaid
 }
 
 // taskTime reads the first of fields that is a number; NaN when none is.

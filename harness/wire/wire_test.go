@@ -26,10 +26,13 @@ func TestRecordedExchanges(t *testing.T) {
 	for file, want := range map[string][]string{
 		// Captured from the real mediaserve: the contract itself, so nothing to report.
 		"mediaserve.json": {},
-		"sglang.json": {"no-in-progress", "shape", "unknown-field-accepted", "seconds-echo", "error-envelope",
-			"delete-shape", "shape", "edit-unconfirmed", "progress-jumps", "settings-unconfirmed", "timing-not-task"},
-		"vllm-omni.json": {"shape", "seconds-echo", "error-code", "shape", "edit-unconfirmed", "edit-no-timing",
-			"progress-jumps", "settings-unconfirmed", "timing-not-task"},
+		// Captured from the peers' released servers (harness/peers TestCaptureExchanges). SGLang
+		// reports in_progress with the scheduler's per-step progress (no "no-in-progress", no
+		// "progress-jumps"); vLLM-Omni reports what it produced in part.
+		"sglang.json": {"shape", "unknown-field-accepted", "seconds-echo", "error-envelope", "delete-shape", "shape",
+			"edit-unconfirmed", "settings-unconfirmed", "timing-not-task"},
+		"vllm-omni.json": {"shape", "unknown-field-accepted", "seconds-echo", "error-code", "shape", "edit-unconfirmed",
+			"edit-no-timing", "progress-jumps", "settings-partly-confirmed", "timing-not-task"},
 	} {
 		x, err := wire.ReadExchange(filepath.Join("testdata", file))
 		require.NoError(t, err, file)
@@ -71,9 +74,13 @@ func TestParseVideoTiming(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, math.IsNaN(v.TaskTimeS), "null is no time, not zero")
 
-	_, fs, err = wire.SGLang.ParseVideo([]byte(`{"id":"v","status":"in_progress"}`))
+	// sglang 0.5.23's video_progress.apply_progress reports in_progress with the scheduler's
+	// per-step progress (issue #38 item 2).
+	v, fs, err = wire.SGLang.ParseVideo([]byte(`{"id":"v","status":"in_progress","progress":50}`))
 	require.NoError(t, err)
-	assert.Equal(t, []string{"unknown-status"}, names(fs), "SGLang never sends in_progress; if it did, it is news")
+	assert.Empty(t, names(fs))
+	assert.Equal(t, "in_progress", v.Status)
+	assert.Equal(t, 50, v.Progress)
 
 	_, _, err = wire.SGLang.ParseVideo([]byte(`<html>`))
 	require.Error(t, err)
@@ -168,4 +175,58 @@ func TestAssessRefusesUnreadable(t *testing.T) {
 	require.ErrorContains(t, err, "no wire profile")
 	_, err = wire.Assess(wire.Exchange{Profile: "sglang", Steps: []wire.Step{{Step: "teleport"}}})
 	require.ErrorContains(t, err, "unknown step")
+}
+
+// What a server's /v1/models says is read through its profile; what it never says is named, so
+// the qualification makes it a limit rather than a failed reconciliation (issue #38 item 1).
+func TestParseModel(t *testing.T) {
+	for name, tc := range map[string]struct {
+		p      wire.Profile
+		body   string
+		caps   []string
+		prec   string
+		unsaid []string
+	}{
+		"mediaserve": {wire.Mediaserve, `{"id":"ref-t2v","capabilities":["text_to_video"],"revision":"ref-v1","precision":"fp32","profile":"reference/L0"}`,
+			[]string{"text_to_video"}, "fp32", nil},
+		"sglang (common_api._build_model_card)": {wire.SGLang, `{"id":"ref-edit","owned_by":"sglang","task_type":"I2I","supported_task_types":["I2I","T2I"],"dit_precision":"fp32"}`,
+			[]string{"image_edit"}, "fp32", []string{"revision", "profile"}},
+		"vllm-omni (vllm ModelCard)": {wire.VLLMOmni, `{"id":"ref-t2v","object":"model","owned_by":"vllm","root":"Wan-AI/Wan2.1-T2V-1.3B-Diffusers"}`,
+			nil, "", []string{"capabilities", "revision", "precision", "profile"}},
+	} {
+		var raw map[string]any
+		require.NoError(t, json.Unmarshal([]byte(tc.body), &raw), name)
+		m, unsaid := tc.p.ParseModel(raw)
+		assert.Equal(t, tc.caps, m.Capabilities, name)
+		assert.Equal(t, tc.prec, m.Precision, name)
+		assert.Equal(t, tc.unsaid, unsaid, name)
+		if tc.p.Name == "mediaserve" {
+			assert.Equal(t, "ref-v1", m.Revision)
+			assert.Equal(t, "reference/L0", m.Profile)
+		}
+	}
+}
+
+// vLLM-Omni reports the fps, frame count and duration it produced on the job; the profile reads
+// them and holds them to what was asked (issue #38 item 7).
+func TestProducedAsAsked(t *testing.T) {
+	v, fs, err := wire.VLLMOmni.ParseVideo([]byte(`{"id":"v","status":"completed","fps":16.0,"num_frames":17,"duration_s":1.0625}`))
+	require.NoError(t, err)
+	assert.Empty(t, fs)
+	assert.Equal(t, []string{"num_frames", "fps", "duration_s"}, v.Said)
+	assert.Equal(t, 17, v.Produced.NumFrames)
+	assert.Equal(t, 16, v.Produced.FPS)
+	assert.Empty(t, wire.ProducedAsAsked(map[string]string{"num_frames": "17", "fps": "16"}, v))
+	assert.Equal(t, []string{"setting-changed", "setting-changed"}, names(wire.ProducedAsAsked(map[string]string{"num_frames": "21", "fps": "24"}, v)))
+
+	v, _, err = wire.SGLang.ParseVideo([]byte(`{"id":"v","status":"completed","fps":16,"num_frames":17}`))
+	require.NoError(t, err)
+	assert.Empty(t, v.Said, "SGLang's job object does not report what it produced")
+}
+
+// vLLM names a form field "body.<field>" in error.param (issue #38 item 9).
+func TestField(t *testing.T) {
+	assert.Equal(t, "fps", wire.VLLMOmni.Field("body.fps"))
+	assert.Equal(t, "body.fps", wire.SGLang.Field("body.fps"))
+	assert.Equal(t, "fps", wire.Mediaserve.Field("fps"))
 }

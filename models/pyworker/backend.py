@@ -370,7 +370,10 @@ class TorchBackend:
             # accelerate is not optional: without it diffusers loads with low_cpu_mem_usage=False,
             # which it refuses for models with fp32-kept modules in a bf16 load.
             if importlib.util.find_spec(mod) is None:
-                raise RuntimeError("python module %r is not installed (see docs/DEVICE-KIT.md for the device kit)" % mod)
+                raise RuntimeError(
+                    "python module %r is not installed: a GPU host needs torch, torchvision, diffusers, "
+                    'transformers and accelerate (README.md, "On a GPU host")' % mod
+                )
         for mod, why in needs:
             if importlib.util.find_spec(mod) is None:
                 raise RuntimeError("python module %r is not installed: %s" % (mod, why))

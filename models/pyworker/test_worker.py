@@ -342,5 +342,23 @@ class PausesTest(unittest.TestCase):
                                      line) for line in logs), logs)
 
 
+class SetupTest(unittest.TestCase):
+    def test_a_missing_module_points_to_the_gpu_host_guide(self):
+        """A user's GPU host without torch is sent to the README's GPU host section, not to the
+        project's own device kit."""
+        import importlib.util
+        from unittest import mock
+
+        real = importlib.util.find_spec
+        missing = lambda name, *a: None if name == "torch" else real(name, *a)  # noqa: E731
+        with mock.patch.object(importlib.util, "find_spec", missing):
+            with self.assertRaises(RuntimeError) as cm:
+                pw.TorchBackend().setup("cpu")
+        msg = str(cm.exception)
+        self.assertIn("'torch' is not installed", msg)
+        self.assertIn('README.md, "On a GPU host"', msg)
+        self.assertNotIn("DEVICE-KIT", msg)
+
+
 if __name__ == "__main__":
     unittest.main()

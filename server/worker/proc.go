@@ -54,6 +54,8 @@ type proc struct {
 
 	jobMu sync.Mutex
 	job   *job
+
+	counted bool // its death is in Task.streak (guarded by Task.mu)
 }
 
 func newProc(t *Task) *proc {
@@ -201,17 +203,29 @@ func (p *proc) send(v any) error {
 		return err
 	}
 	b = append(b, '\n')
+	if len(b) > maxLine {
+		return errLineTooLong
+	}
 	p.writeMu.Lock()
 	defer p.writeMu.Unlock()
 	if p.stdinClosed {
 		return errStdinClosed
 	}
 	_ = p.stdin.SetWriteDeadline(time.Now().Add(writeTimeout))
-	_, err = p.stdin.Write(b)
+	n, err := p.stdin.Write(b)
+	if err != nil && n > 0 {
+		return fmt.Errorf("%w after %d of %d bytes: %w", errPartialLine, n, len(b), err)
+	}
 	return err
 }
 
-var errStdinClosed = errors.New("worker stdin is closed")
+var (
+	errStdinClosed = errors.New("worker stdin is closed")
+	errLineTooLong = fmt.Errorf("the line is longer than the protocol's %d bytes", maxLine)
+	// errPartialLine: the worker read part of the line before its stdin broke, so it may have
+	// died of it: the line is not sent again.
+	errPartialLine = errors.New("the worker stopped reading mid-line")
+)
 
 func (p *proc) closeStdin() {
 	p.writeMu.Lock()
@@ -264,7 +278,7 @@ func (p *proc) readStdout() {
 	for {
 		line, tooLong, err := readLine(r)
 		if tooLong {
-			p.note("ignoring stdout line longer than %d bytes", maxLine)
+			p.overlong()
 		} else if len(bytes.TrimSpace(line)) > 0 {
 			p.handle(line)
 		}
@@ -274,6 +288,22 @@ func (p *proc) readStdout() {
 			}
 			return
 		}
+	}
+}
+
+// overlong fails the running job, if any, for a stdout line over maxLine: whatever it was,
+// the job cannot be trusted to end (it may have been its result).
+func (p *proc) overlong() {
+	j := p.currentJob()
+	if j == nil {
+		p.note("ignoring stdout line longer than %d bytes", maxLine)
+		return
+	}
+	m := message{Event: badLine, ID: j.id, overlong: true,
+		Message: fmt.Sprintf("the worker sent a stdout line longer than the protocol's %d bytes during job %s", maxLine, j.id)}
+	select {
+	case j.ch <- m:
+	case <-j.done:
 	}
 }
 

@@ -47,6 +47,7 @@ type message struct {
 	PeakMemoryMB float64            `json:"peak_memory_mb"`
 
 	malformed string // a frames line that did not parse: why
+	overlong  bool   // a badLine for a line over maxLine: the job may still run
 }
 
 type job struct {

@@ -61,8 +61,11 @@ func (t *Task) Run(ctx context.Context, req spec.Request) (spec.Output, error) {
 			break
 		}
 		p.clearJob(j)
+		if errors.Is(err, errLineTooLong) {
+			return spec.Output{}, &spec.Error{Code: "invalid_request", BadInput: true, Message: "the job's run line: " + err.Error()}
+		}
 		p.note("sending job %s: %v", id, err)
-		if attempt > 0 || !(errors.Is(err, syscall.EPIPE) || errors.Is(err, errStdinClosed)) {
+		if attempt > 0 || errors.Is(err, errPartialLine) || !(errors.Is(err, syscall.EPIPE) || errors.Is(err, errStdinClosed)) {
 			return spec.Output{}, t.crashed(p, id)
 		}
 		// Nothing holds the worker's stdin open: it died while idle, before it could read
@@ -112,6 +115,12 @@ func (t *Task) Run(ctx context.Context, req spec.Request) (spec.Output, error) {
 			}
 			return true, spec.Output{}, &spec.Error{Code: code, Message: m.Message}
 		case badLine:
+			if m.overlong { // the job may still run: end it before the next one is sent
+				if serr := p.send(cancelLine{Op: "cancel", ID: id}); serr != nil {
+					p.note("sending cancel for job %s: %v", id, serr)
+				}
+				t.drainCancelled(p, j)
+			}
 			return true, spec.Output{}, &spec.Error{Code: CodeBadOutput, Message: m.Message}
 		}
 		return false, spec.Output{}, nil
@@ -198,6 +207,7 @@ func (t *Task) crashed(p *proc, id string) error {
 	waitFor(p.stderrDone, time.Second)
 	t.mu.Lock()
 	closed := t.closed
+	t.deathLocked(p)
 	t.mu.Unlock()
 	if closed {
 		return &spec.Error{Code: CodeUnavailable, Message: fmt.Sprintf("worker task was closed during job %s", id)}

@@ -49,11 +49,15 @@ const (
 	// again until this much time has passed, so a broken worker is not reloaded per request.
 	restartBackoff = 10 * time.Second
 	// maxEagerRestarts: consecutive deaths (without a successful job between them) after
-	// which the worker is no longer restarted as soon as it dies, only when a job needs it.
+	// which the worker is no longer restarted as soon as it dies, only when a job needs it,
+	// and at most once per restartBackoff: jobs in between fail with worker_unavailable, so
+	// requests that crash the worker cannot keep it reloading.
 	maxEagerRestarts = 3
-	maxLine          = 1 << 20 // longest protocol line accepted; longer lines are ignored
-	stderrTailLines  = 20
-	writeTimeout     = 10 * time.Second
+	// maxLine is the longest protocol line either side sends. A longer line from the worker
+	// fails the running job (bad_worker_output) and is otherwise ignored.
+	maxLine         = 1 << 20
+	stderrTailLines = 20
+	writeTimeout    = 10 * time.Second
 )
 
 // Config describes how to run one lane's worker.
@@ -84,6 +88,7 @@ type Task struct {
 	restarts   int
 	parity     *spec.Parity // from the last ready line
 	streak     int          // deaths since the last successful job
+	holdUntil  time.Time    // past maxEagerRestarts deaths: no restart before this
 	seq        uint64
 	scratch    string
 	ownScratch bool
@@ -91,6 +96,7 @@ type Task struct {
 	// Tunables; tests shorten them.
 	cancelGrace time.Duration
 	closeGrace  time.Duration
+	crashHold   time.Duration // restartBackoff
 }
 
 var (
@@ -111,6 +117,7 @@ func New(cfg Config) *Task {
 		remove:      os.Remove,
 		cancelGrace: defaultCancelGrace,
 		closeGrace:  defaultCloseGrace,
+		crashHold:   restartBackoff,
 	}
 }
 
@@ -215,6 +222,12 @@ func (t *Task) acquire(ctx context.Context) (*proc, error) {
 		}
 		p = t.spawnLocked()
 	case p.isGone():
+		t.deathLocked(p)
+		if wait := time.Until(t.holdUntil); wait > 0 {
+			t.mu.Unlock()
+			return nil, &spec.Error{Code: CodeUnavailable, Message: fmt.Sprintf(
+				"the worker died %d times in a row; it is restarted again in %s, not for every request", t.streak, wait.Round(time.Millisecond))}
+		}
 		p = t.spawnLocked()
 	}
 	t.mu.Unlock()
@@ -290,13 +303,26 @@ func (t *Task) watch(p *proc) {
 	if t.closed || t.p != p {
 		return
 	}
-	t.streak++
-	if t.streak > maxEagerRestarts {
-		p.note("worker died %d times in a row; it will be restarted when a job needs it", t.streak)
+	if t.deathLocked(p) > maxEagerRestarts {
 		return
 	}
 	p.note("worker died (%s); restarting", p.exitStatus())
 	t.spawnLocked()
+}
+
+// deathLocked counts p's death once, whoever notices it first (the watcher, the job it
+// killed, the next job), and returns the deaths in a row; past maxEagerRestarts it holds
+// restarts back for crashHold. t.mu must be held.
+func (t *Task) deathLocked(p *proc) int {
+	if !p.counted {
+		p.counted = true
+		t.streak++
+		if t.streak > maxEagerRestarts {
+			t.holdUntil = time.Now().Add(t.crashHold)
+			p.note("worker died %d times in a row; it will be restarted when a job needs it, not before %s", t.streak, t.crashHold)
+		}
+	}
+	return t.streak
 }
 
 func (t *Task) nextID() string {

@@ -291,6 +291,52 @@ func TestCrashRestarts(t *testing.T) {
 	assert.NotEqual(t, oldPID, workerPID(fx.task))
 }
 
+// TestCrashLoopIsBounded: a worker that every request crashes is restarted at once only
+// maxEagerRestarts times; after that a job finds no worker (worker_unavailable, at once) until
+// crashHold has passed, instead of a reload per request.
+func TestCrashLoopIsBounded(t *testing.T) {
+	fx := newTask(t, "crash", func(_ *Config, task *Task) { task.crashHold = 500 * time.Millisecond })
+	ctx := context.Background()
+	require.NoError(t, fx.task.Load(ctx))
+	for i := range maxEagerRestarts + 1 {
+		_, err := fx.task.Run(ctx, videoReq("please crash now", int64(i), 1, 1))
+		requireCode(t, err, CodeCrashed)
+	}
+	start := time.Now()
+	_, err := fx.task.Run(ctx, videoReq("please crash again", 9, 1, 1))
+	se := requireCode(t, err, CodeUnavailable)
+	assert.Contains(t, se.Message, "not for every request")
+	assert.Less(t, time.Since(start), 100*time.Millisecond, "refused without a reload")
+	assert.Equal(t, maxEagerRestarts, fx.task.Restarts())
+
+	time.Sleep(500 * time.Millisecond)
+	out, err := fx.task.Run(ctx, videoReq("a calm lake", 2, 1, 1))
+	require.NoError(t, err)
+	requireFrames(t, out, 2, 1, 8, 6)
+	assert.Equal(t, maxEagerRestarts+1, fx.task.Restarts())
+}
+
+// TestOverlongLines: a worker's stdout line over 1 MiB fails the running job by name (it was
+// once ignored, and the job hung), and a run line over 1 MiB is never sent.
+func TestOverlongLines(t *testing.T) {
+	fx := newTask(t, "crash")
+	ctx := context.Background()
+	require.NoError(t, fx.task.Load(ctx))
+	pid := workerPID(fx.task)
+	_, err := fx.task.Run(ctx, videoReq("shout please", 1, 1, 1))
+	se := requireCode(t, err, CodeBadOutput)
+	assert.Contains(t, se.Message, "longer than the protocol's 1048576 bytes")
+
+	_, err = fx.task.Run(ctx, videoReq(strings.Repeat("p", 1<<20), 1, 1, 1))
+	se = requireCode(t, err, "invalid_request")
+	assert.True(t, se.BadInput)
+
+	out, err := fx.task.Run(ctx, videoReq("fine", 3, 1, 1))
+	require.NoError(t, err)
+	requireFrames(t, out, 3, 1, 8, 6)
+	assert.Equal(t, pid, workerPID(fx.task), "the same worker serves on")
+}
+
 func TestStdoutClosedMidJob(t *testing.T) {
 	fx := newTask(t, "crash")
 	ctx := context.Background()

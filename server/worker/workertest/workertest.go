@@ -16,7 +16,9 @@
 //	ok        renders deterministic frames (Pattern) from size, num_frames and seed (or copies
 //	          the reference); also prints a non-JSON line and a line for an unknown job
 //	crash     like ok, but exits abruptly (status 3) mid-job when the prompt contains "crash",
-//	          and closes stdout but stays alive when it contains "hang up"
+//	          closes stdout but stays alive when it contains "hang up", and sends a 2 MiB
+//	          progress line (over the protocol's 1 MiB) before finishing as ok when it
+//	          contains "shout"
 //	badbytes  writes 7 bytes too few
 //	badresult sends a result line whose frames field is not a number
 //	error     answers every job with an error event
@@ -239,6 +241,9 @@ func runJob(mode string, c command, lines <-chan command, enc *json.Encoder, log
 			logf("closing stdout and staying alive")
 			os.Stdout.Close()
 			time.Sleep(time.Minute)
+		}
+		if strings.Contains(s.Prompt, "shout") {
+			_ = enc.Encode(map[string]any{"event": "progress", "id": c.ID, "done": 0, "total": s.Steps, "note": strings.Repeat("a", 2<<20)})
 		}
 		if strings.Contains(s.Prompt, "crash") {
 			_ = enc.Encode(map[string]any{"event": "progress", "id": c.ID, "done": 1, "total": s.Steps})

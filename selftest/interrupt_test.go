@@ -1,7 +1,6 @@
-package mediaqual_test
+package selftest
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io/fs"
@@ -9,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -32,10 +30,7 @@ import (
 // interrupt handling the child died at once: results.json was the previous run's while
 // cases/ held the new run's half-written ref-t2v, and the mediaserve binary stayed in TMPDIR.
 func TestInterruptedRunLeavesOneReport(t *testing.T) {
-	if os.Getenv(qual.EnvEndpoint) != "" || os.Getenv(qual.EnvFault) != "" {
-		t.Skip("already inside a child run")
-	}
-	if _, err := qual.InstalledAIPerf(config.Root); err != nil {
+	if _, err := qual.InstalledAIPerf(root); err != nil {
 		t.Fatalf("needs the pinned AIPerf: %v", err)
 	}
 	parent := t.TempDir()
@@ -54,9 +49,9 @@ func TestInterruptedRunLeavesOneReport(t *testing.T) {
 	}
 	tmp := t.TempDir() // the child's TMPDIR: empty again after it
 
-	ctx, cancel := context.WithTimeout(run, 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run", "^(TestRef_t2v|TestRef_edit)$", "-test.v", "-test.count=1", "-test.timeout=3m")
+	cmd := exec.CommandContext(ctx, driver, "-test.run", "^(TestRef_t2v|TestRef_edit)$", "-test.v", "-test.count=1", "-test.timeout=3m")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	env := withoutEnv(os.Environ(), "MEDIAQUAL_REPORT_DIR", "TMPDIR", qual.EnvRequestTimeout, qual.EnvCaseTimeout)
 	if os.Getenv("MEDIAQUAL_MEDIASERVE") == "" { // else no Go here to build with
@@ -145,13 +140,10 @@ func TestInterruptedRunLeavesOneReport(t *testing.T) {
 // configuration) must leave the previous report whole, junit.xml included, and say so. Before,
 // make printed "results: ..." either way, over a previous run's report with the new junit.xml.
 func TestMakeQualifyInterrupted(t *testing.T) {
-	if os.Getenv(qual.EnvEndpoint) != "" || os.Getenv(qual.EnvFault) != "" {
-		t.Skip("already inside a child run")
-	}
 	if _, err := exec.LookPath("make"); err != nil {
 		t.Fatal("needs make")
 	}
-	if _, err := qual.InstalledAIPerf(config.Root); err != nil {
+	if _, err := qual.InstalledAIPerf(root); err != nil {
 		t.Fatalf("needs the pinned AIPerf: %v", err)
 	}
 	previous := map[string]string{
@@ -186,7 +178,7 @@ func TestMakeQualifyInterrupted(t *testing.T) {
 
 	t.Run("interrupted", func(t *testing.T) {
 		out := setup(t)
-		ctx, cancel := context.WithTimeout(run, 5*time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
 		cmd := makeQualify(ctx, out)
 		output := startWatching(ctx, t, cmd, "TestRef_t2v/serve") // gotestsum's line as serve passes
@@ -203,6 +195,12 @@ func TestMakeQualifyInterrupted(t *testing.T) {
 		var rep reports.Report
 		require.NoError(t, json.Unmarshal(b, &rep))
 		assert.Equal(t, "interrupt signal", rep.Interrupted)
+		require.NotEmpty(t, rep.Rows)
+		for _, r := range rep.Rows {
+			if r.Checkpoint == "ref-t2v" { // its AIPerf ran: the command names where its files are now
+				assert.Contains(t, r.AIPerfCommand, "--artifact-dir "+out+"/cases/ref-t2v/", "the report's AIPerf command")
+			}
+		}
 		junit, err := os.ReadFile(filepath.Join(out, "junit.xml"))
 		require.NoError(t, err)
 		assert.Contains(t, string(junit), "TestRef_t2v", "this run's junit.xml, beside its report")
@@ -214,7 +212,7 @@ func TestMakeQualifyInterrupted(t *testing.T) {
 
 	t.Run("no-report", func(t *testing.T) {
 		out := setup(t)
-		ctx, cancel := context.WithTimeout(run, 5*time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
 		b, err := makeQualify(ctx, out, qual.EnvLayout+"=not-a-layout").CombinedOutput()
 		require.Error(t, err, "make qualify with a bad MEDIAQUAL_LAYOUT:\n%s", b)
@@ -229,75 +227,16 @@ func TestMakeQualifyInterrupted(t *testing.T) {
 	})
 }
 
-// startWatching starts cmd with its output (stdout and stderr together) collected, and returns
-// once that output holds marker or ctx is done (the caller checks ctx.Err()). output is what cmd
-// printed so far; after cmd.Wait, all of it (exec copies it in before Wait returns).
-func startWatching(ctx context.Context, t *testing.T, cmd *exec.Cmd, marker string) (output func() string) {
-	w := &watchedOutput{marker: []byte(marker), seen: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = w, w
-	cmd.WaitDelay = 10 * time.Second // a process left holding the output open cannot hang Wait
-	require.NoError(t, cmd.Start())
-	select {
-	case <-w.seen:
-	case <-ctx.Done():
-	}
-	return w.String
-}
-
-// watchedOutput is a child's output as it comes; seen is closed once it holds marker.
-type watchedOutput struct {
-	mu     sync.Mutex
-	buf    bytes.Buffer
-	marker []byte // nil once seen
-	seen   chan struct{}
-}
-
-func (w *watchedOutput) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	from := max(0, w.buf.Len()-len(w.marker)+1) // a marker split between two writes is found too
-	w.buf.Write(p)
-	if w.marker != nil && bytes.Contains(w.buf.Bytes()[from:], w.marker) {
-		close(w.seen)
-		w.marker = nil
-	}
-	return len(p), nil
-}
-
-func (w *watchedOutput) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.String()
-}
-
-// A row's recorded paths under the staging directory (the AIPerf command's files) name their
-// place in the report directory the staging one becomes, given relative or absolute.
-func TestMovedToNamesTheFinalPlace(t *testing.T) {
-	abs, err := filepath.Abs(".out.run-1")
-	require.NoError(t, err)
-	rows := []reports.Row{{AIPerfCommand: "aiperf --input-file " + abs + "/cases/a/in.jsonl --artifact-dir .out.run-1/cases/a/aiperf",
-		Stages: []reports.Stage{{Message: `kept "` + abs + `/cases/a"`}}}}
-	shown, err := movedTo(rows, ".out.run-1", ".out")
-	require.NoError(t, err)
-	want, _ := filepath.Abs(".out")
-	assert.Equal(t, "aiperf --input-file "+want+"/cases/a/in.jsonl --artifact-dir .out/cases/a/aiperf", shown[0].AIPerfCommand)
-	assert.Equal(t, `kept "`+want+`/cases/a"`, shown[0].Stages[0].Message)
-	assert.Contains(t, rows[0].AIPerfCommand, ".run-1", "the rows themselves are left as they were")
-}
-
 // The excluded rows (the inventory says why) are skips with their reason, in go test's output
 // and so in JUnit, and "excluded" in the report: nothing was qualified, so nothing passes.
 // Before, each was --- PASS (JUnit: a passed testcase) after its inventory stage.
 func TestExcludedRowsAreSkips(t *testing.T) {
-	if os.Getenv(qual.EnvEndpoint) != "" || os.Getenv(qual.EnvFault) != "" {
-		t.Skip("already inside a child run")
-	}
-	ctx, cancel := context.WithTimeout(run, 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	reportDir := filepath.Join(t.TempDir(), "out")
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run", "^(TestCosmos3_Nano|TestLTX_Video)$", "-test.v", "-test.count=1")
+	cmd := exec.CommandContext(ctx, driver, "-test.run", "^(TestCosmos3_Nano|TestLTX_Video)$", "-test.v", "-test.count=1")
 	cmd.Env = append(withoutEnv(os.Environ(), "MEDIAQUAL_REPORT_DIR", "MEDIAQUAL_MEDIASERVE"),
-		"MEDIAQUAL_MEDIASERVE="+config.Mediaserve, "MEDIAQUAL_REPORT_DIR="+reportDir)
+		"MEDIAQUAL_MEDIASERVE="+mediaserve, "MEDIAQUAL_REPORT_DIR="+reportDir)
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	b, err := os.ReadFile(filepath.Join(reportDir, "results.json"))
@@ -313,4 +252,7 @@ func TestExcludedRowsAreSkips(t *testing.T) {
 		assert.NotContains(t, string(out), "--- PASS: "+name+" ")
 		assert.Contains(t, string(out), "excluded by the inventory, nothing qualified: "+strings.SplitN(row.Note, "\n", 2)[0], row.Checkpoint)
 	}
+	// The stages' lines say what they established, without one file:line before them all.
+	assert.Contains(t, string(out), "excluded by the inventory")
+	assert.NotRegexp(t, `qualify\.go:\d+:`, string(out))
 }

@@ -1,14 +1,15 @@
-package mediaqual_test
+package selftest
 
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -66,6 +67,16 @@ var faultCases = []struct {
 	// The aiperf stage's shape probe serves another size first; without it every served job
 	// before identity has the pinned shape and this fault passes.
 	{"history-bytes", "ref-t2v", "artifact-sha256"},
+	// The job is gone (GET answers 404), its content is not: cleanup asks for both.
+	{"content-undeleted", "ref-t2v", "delete"},
+	// Identity passes both (the native path shares the encoder, and the fault): the suite's own
+	// encode of the raw frames with the contract's settings sees the lost detail.
+	{"downscaled", "ref-t2v", "encode-psnr"},
+	{"limited-range", "ref-t2v", "encode-psnr"},
+	// 1000 times the Task: longer than the whole request the client timed.
+	{"inference-ms", "ref-t2v", "task-wall"},
+	{"inference-halved", "ref-edit", "task-time-agrees"},
+	{"task-is-total", "ref-t2v", "timing-parts"},
 }
 
 // TestEveryFaultHasACase: a fault mediaserve offers without a self-test case proves nothing,
@@ -82,16 +93,13 @@ func TestEveryFaultHasACase(t *testing.T) {
 }
 
 // TestFaultsAreCaught runs the real qualification of a reference checkpoint against a
-// mediaserve with one fault switched on, in a child run of this test binary, and asserts that
+// mediaserve with one fault switched on, in a child run of the driver, and asserts that
 // the case fails at the check made for that fault, by name. The children share nothing (each
 // has its own server on port 0, its own directories and AIPerf), so they run in parallel, as
 // many at once as -parallel allows (GOMAXPROCS): one child keeps about one core busy, and one
 // after another they were the longest part of make test.
 func TestFaultsAreCaught(t *testing.T) {
-	if os.Getenv(qual.EnvFault) != "" {
-		t.Skip("already inside a fault run")
-	}
-	if _, err := qual.InstalledAIPerf(config.Root); err != nil {
+	if _, err := qual.InstalledAIPerf(root); err != nil {
 		t.Fatalf("the fault self-test needs the pinned AIPerf: %v", err)
 	}
 	for _, fc := range faultCases {
@@ -100,12 +108,12 @@ func TestFaultsAreCaught(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 			name := casegen.TestName(fc.checkpoint)
-			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run", "^"+name+"$", "-test.v", "-test.count=1")
+			cmd := exec.CommandContext(ctx, driver, "-test.run", "^"+name+"$", "-test.v", "-test.count=1")
 			// The child launches the mediaserve this run built rather than building its own, and
 			// writes its report here: the row must say failed too.
 			reportDir := t.TempDir()
 			cmd.Env = append(withoutEnv(os.Environ(), "MEDIAQUAL_REPORT_DIR", "MEDIAQUAL_MEDIASERVE"), qual.EnvFault+"="+fc.fault,
-				"MEDIAQUAL_REQUEST_TIMEOUT=4s", "MEDIAQUAL_MEDIASERVE="+config.Mediaserve, "MEDIAQUAL_REPORT_DIR="+reportDir)
+				"MEDIAQUAL_REQUEST_TIMEOUT=4s", "MEDIAQUAL_MEDIASERVE="+mediaserve, "MEDIAQUAL_REPORT_DIR="+reportDir)
 			out, err := cmd.CombinedOutput()
 			require.Error(t, err, "%s passed with fault %s switched on:\n%s", name, fc.fault, out)
 			assert.Contains(t, string(out), "--- FAIL: "+name, "the case itself must fail")
@@ -134,9 +142,6 @@ func TestFaultsAreCaught(t *testing.T) {
 // deadline (check "deadline", read from the report, not the output), the run ends long before
 // go test's own timeout, and the report holds both rows.
 func TestHungEndpointStillReportsEveryRow(t *testing.T) {
-	if os.Getenv(qual.EnvEndpoint) != "" || os.Getenv(qual.EnvFault) != "" {
-		t.Skip("already inside a child run")
-	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer ln.Close()
@@ -158,10 +163,10 @@ func TestHungEndpointStillReportsEveryRow(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	reportDir := t.TempDir()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run", "^(TestRef_t2v|TestRef_edit)$", "-test.v", "-test.count=1", "-test.timeout=2m")
+	cmd := exec.CommandContext(ctx, driver, "-test.run", "^(TestRef_t2v|TestRef_edit)$", "-test.v", "-test.count=1", "-test.timeout=2m")
 	cmd.Env = append(withoutEnv(os.Environ(), "MEDIAQUAL_REPORT_DIR", "MEDIAQUAL_MEDIASERVE", qual.EnvRequestTimeout),
 		qual.EnvEndpoint+"=http://"+ln.Addr().String(), qual.EnvRequestTimeout+"=2s",
-		"MEDIAQUAL_MEDIASERVE="+config.Mediaserve, "MEDIAQUAL_REPORT_DIR="+reportDir)
+		"MEDIAQUAL_MEDIASERVE="+mediaserve, "MEDIAQUAL_REPORT_DIR="+reportDir)
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
 	require.Error(t, err, "qualifying a silent endpoint passed:\n%s", out)
@@ -184,20 +189,19 @@ func TestHungEndpointStillReportsEveryRow(t *testing.T) {
 	}
 }
 
-func withoutEnv(env []string, keys ...string) []string {
-	var out []string
-	for _, kv := range env {
-		if !slices.ContainsFunc(keys, func(k string) bool { return strings.HasPrefix(kv, k+"=") }) {
-			out = append(out, kv)
-		}
+// TestFaultsDocIsTheTable holds docs/FAULTS.md to faultCases: one table row per fault with its
+// checkpoint and check, and the count its prose states.
+func TestFaultsDocIsTheTable(t *testing.T) {
+	b, err := os.ReadFile("docs/FAULTS.md")
+	require.NoError(t, err)
+	row := regexp.MustCompile("(?m)^\\| `([a-z0-9-]+)` \\|[^\\n]*\\| ([a-z0-9-]+) \\| [a-z]+ / `([a-z0-9-]+)`")
+	var doc, want []string
+	for _, m := range row.FindAllStringSubmatch(string(b), -1) {
+		doc = append(doc, m[1]+" "+m[2]+" "+m[3])
 	}
-	return out
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
+	for _, fc := range faultCases {
+		want = append(want, fc.fault+" "+fc.checkpoint+" "+fc.check)
 	}
-	return strings.Join(lines, "\n")
+	assert.ElementsMatch(t, want, doc, "docs/FAULTS.md's table (fault, checkpoint, check) against faultCases")
+	assert.Contains(t, string(b), fmt.Sprintf("(the %d above)", len(faultCases)), "docs/FAULTS.md's count of faults")
 }

@@ -1,4 +1,4 @@
-package mediaqual_test
+package selftest
 
 import (
 	"os"
