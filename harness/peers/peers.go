@@ -72,10 +72,10 @@ func BuildRender(root, out string) error {
 
 // Config says what to start.
 type Config struct {
-	Root       string // the module root (scripts/peers is under it)
-	Python     string // Python's
-	Render     string // the harness/peers/render binary
-	Dir        string // the peer's working directory: its uploads, outputs and log
+	Root   string // the module root (scripts/peers is under it)
+	Python string // Python's
+	Render string // the harness/peers/render binary
+	Dir    string // the peer's working directory: its uploads, outputs and log
 }
 
 // Start starts p serving e and waits until its /health answers. The caller stops it.

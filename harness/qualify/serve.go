@@ -212,13 +212,8 @@ func (c *caseRun) endpoint() (*serving, string, error) {
 	if c.Config.Fault != "" {
 		return nil, "", check.Fail("launch", "%s=%s needs a launched mediaserve, not an endpoint", EnvFault, c.Config.Fault)
 	}
-	// A request no server can accept: no model, no prompt, sent to the row's own route (an
-	// edit row's server may serve no video route). Its answer shows the error shape.
-	route := p.CreateVideo
-	if c.Entry.Workload == spec.ImageEdit {
-		route = p.EditImage
-	}
-	method, path := p.Path(route, "")
+	// A request no server can accept: no model, no prompt. Its answer shows the error shape.
+	method, path := errorProbeRoute(p, c.Entry.Workload)
 	step, err := s.exchange(c.ctx, "error", method, path, map[string]string{"mediaqual_probe": "1"})
 	if err != nil {
 		return nil, "", check.Fail("endpoint", "%w", err)
@@ -230,6 +225,15 @@ func (c *caseRun) endpoint() (*serving, string, error) {
 		c.steps = append(c.steps, step)
 	}
 	return s, "external endpoint " + url + " answers (not launched by the suite)", nil
+}
+
+// errorProbeRoute is where the error-shape probe goes: the row's own route, since an edit
+// row's server may serve no video route.
+func errorProbeRoute(p wire.Profile, w spec.Capability) (method, path string) {
+	if w == spec.ImageEdit {
+		return p.Path(p.EditImage, "")
+	}
+	return p.Path(p.CreateVideo, "")
 }
 
 // exchange sends one request (a JSON body of fields, or none) and keeps it as a wire.Step,

@@ -91,8 +91,8 @@ func (c *caseRun) shapeProbe(s *serving) (string, error) {
 // the settings asked, downloaded and deleted. The job is deleted whatever happens after it was
 // created (with its own deadline, and the profile's delete answer), so a probe that fails leaves
 // nothing running. An endpoint that reports no actual is held to what its profile reads of the
-// job (vLLM-Omni's frame count and fps) and otherwise not here: the artifacts stage names that
-// as a limit. Returns the MP4.
+// job (vLLM-Omni's frame count and fps), and ownSettings names the rest as a limit. Returns the
+// MP4.
 func (c *caseRun) probeClip(s *serving, st spec.Settings, prompt, id string) (mp4 []byte, err error) {
 	ctx, cancel := context.WithTimeout(c.ctx, c.requestDeadline())
 	defer cancel()
@@ -118,10 +118,10 @@ func (c *caseRun) probeClip(s *serving, st spec.Settings, prompt, id string) (mp
 	if done.Status != "completed" {
 		return nil, check.Fail("shape-probe", "%s at %s ended %s: %v", id, shape, done.Status, done.Error)
 	}
-	if err := c.producedAsAsked(s, fields, st, done); err != nil {
+	if err := c.ownSettings(s, id, asked(c.Entry, st), done.Actual, done.Raw["actual"] != nil); err != nil {
 		return nil, err
 	}
-	if err := c.ownSettings(s, id, asked(c.Entry, st), done.Actual, done.Raw["actual"] != nil); err != nil {
+	if err := c.producedAsAsked(s, fields, done); err != nil {
 		return nil, err
 	}
 	mp4, _, err = s.API.Content(ctx, v.ID)
@@ -131,11 +131,12 @@ func (c *caseRun) probeClip(s *serving, st spec.Settings, prompt, id string) (mp
 	return mp4, nil
 }
 
-// producedAsAsked is the check "actual-settings" on a job: its actual against the settings
-// asked or, from an endpoint whose jobs carry no actual, what its profile reads of the job.
-func (c *caseRun) producedAsAsked(s *serving, fields map[string]string, st spec.Settings, done client.Video) error {
-	if !s.External || done.Actual != (client.Actual{}) {
-		return check.Settings(asked(c.Entry, st), done.Actual)
+// producedAsAsked is the check "actual-settings" on a job from an endpoint that reports no
+// actual: what its profile reads of the job (vLLM-Omni's frame count and fps) against what was
+// asked.
+func (c *caseRun) producedAsAsked(s *serving, fields map[string]string, done client.Video) error {
+	if !s.External || done.Raw["actual"] != nil {
+		return nil
 	}
 	b, err := json.Marshal(done.Raw)
 	if err != nil {
