@@ -3,6 +3,7 @@ package server_test
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -11,6 +12,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -139,14 +141,29 @@ func goTool(t *testing.T) string {
 
 var listening = regexp.MustCompile(`listening on (http://\S+)`)
 
-// buildMediaserve builds cmd/mediaserve into dir and returns the binary's path.
-func buildMediaserve(t *testing.T, dir string) string {
+// built is cmd/mediaserve, built once for the tests that run it (TestMain removes it).
+var built struct {
+	once     sync.Once
+	dir, bin string
+	err      error
+}
+
+// buildMediaserve builds cmd/mediaserve once and returns the binary's path.
+func buildMediaserve(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(dir, "mediaserve")
-	build := exec.Command(goTool(t), "build", "-o", bin, "github.com/mediaqual/mediaqual/cmd/mediaserve")
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "go build: %s", out)
-	return bin
+	gotool := goTool(t) // skips the test without one
+	built.once.Do(func() {
+		if built.dir, built.err = os.MkdirTemp("", "mediaserve-bin-"); built.err != nil {
+			return
+		}
+		built.bin = filepath.Join(built.dir, "mediaserve")
+		out, err := exec.Command(gotool, "build", "-o", built.bin, "github.com/mediaqual/mediaqual/cmd/mediaserve").CombinedOutput()
+		if err != nil {
+			built.err = fmt.Errorf("go build: %v: %s", err, out)
+		}
+	})
+	require.NoError(t, built.err)
+	return built.bin
 }
 
 // startMediaserve runs the real binary on dir and returns it with its base URL once it listens.
@@ -202,7 +219,7 @@ func TestMediaserveKill9AndRestart(t *testing.T) {
 		t.Skip("builds and runs the real binary")
 	}
 	tmp := t.TempDir()
-	bin := buildMediaserve(t, tmp)
+	bin := buildMediaserve(t)
 	dir, ledger := filepath.Join(tmp, "artifacts"), filepath.Join(tmp, "ledger.jsonl")
 	require.NoError(t, os.MkdirAll(dir, 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "keep.txt"), []byte("not an artifact"), 0o644))

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"runtime"
@@ -33,21 +32,8 @@ type requestInfo struct {
 func (s *Server) newRequestInfo(r *http.Request, route string, received, bodyRead time.Time) requestInfo {
 	return requestInfo{
 		requestID: requestID(r), correlationID: correlationID(r),
-		route: route, base: s.publicBase(r), inputs: map[string]string{}, received: received, bodyRead: bodyRead,
+		route: route, base: s.baseURL(r), inputs: map[string]string{}, received: received, bodyRead: bodyRead,
 	}
-}
-
-// publicBase is what artifact URLs start with: the configured PublicURL or, without one, the
-// address the connection was accepted on (the server's own socket, not the client's Host
-// header, which any client can set), so that a URL is absolute as the contract says.
-func (s *Server) publicBase(r *http.Request) string {
-	if s.cfg.PublicURL != "" {
-		return s.cfg.PublicURL
-	}
-	if a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
-		return "http://" + a.String()
-	}
-	return ""
 }
 
 func digest(b []byte) string {

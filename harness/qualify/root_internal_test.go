@@ -39,7 +39,7 @@ func TestRootHoldsWhatTheRowNames(t *testing.T) {
 	assert.NoError(t, endpoint.RootHolds(wan), "an endpoint runs its own worker")
 }
 
-// With a native path (a mediaserve set, or the suite's own in-process Task for a reference row),
+// Where there is a native path (a mediaserve set, or a Go family's Task run in-process),
 // identity's "not compared" names the correctness stage, not a missing native path. Before, a
 // row whose correctness stage failed was told there was no native path.
 func TestIdentityNamesWhyNoNativeOutputs(t *testing.T) {

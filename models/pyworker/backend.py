@@ -278,7 +278,13 @@ class TorchBackend:
         if self.engine and self.engine.startswith("regional-compile"):
             self.keep_compiled_shapes()
         self.parity = self.parity_served(pipe, reference, fp32, fault)
-        parity.verdict(self.parity, self.engine or "eager", layout)
+        try:
+            parity.verdict(self.parity, self.engine or "eager", layout)
+        except parity.ParityError:
+            if self.undo_fault:  # the process's patches go with the refused runtime
+                self.undo_fault()
+                self.undo_fault = None
+            raise
 
     def parity_step(self, pipe, what):
         """StepProbe.run of the warm-up's call, timed in the log."""

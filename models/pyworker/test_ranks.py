@@ -229,8 +229,8 @@ class TinyPipelineTest(unittest.TestCase):
     # Every scenario runs in one invocation, in these two ranks, each over a fresh pipeline:
     # the ranks import torch and diffusers once, not once a scenario. The one expected to
     # raise (on both ranks) runs last.
-    FAULTS = ("ulysses-2 --fused --fault=attention-half", "ulysses-2 --fused --fault=rope-shifted",
-              "cfg-2 --fused --fault=branch-duplicated", "cfg-2 --fused --fault=branch-lost")
+    FAULTS = ("ulysses-2 --fault=attention-half", "ulysses-2 --fault=rope-shifted",
+              "cfg-2 --fault=branch-duplicated", "cfg-2 --fault=branch-lost")
     SCENARIOS = ("cfg-2", "cfg-2 --break-exchange", "ulysses-2", "cfg-2 --fused", "ulysses-2 --fused",
                  "ulysses-2 --fused --old-processors", *FAULTS, "ulysses-2 --odd --plain-ulysses")
 
@@ -310,7 +310,7 @@ class TinyPipelineTest(unittest.TestCase):
         exchange that duplicated or lost a branch leaves it exact and moves the guided one."""
         for scenario in self.FAULTS:
             with self.subTest(scenario=scenario):
-                p = self.fused(scenario)["parity"]
+                p = self.parallel(scenario)["parity"]
                 self.assertFalse(p["passed"], p)
                 self.assertEqual(p["fault"], scenario.split("=")[1])
                 if "branch" in scenario:

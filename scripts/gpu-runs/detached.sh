@@ -6,6 +6,7 @@
 #   bash scripts/gpu-runs/detached.sh start ROW BUILDER   # as qualify.sh's arguments; returns at once
 #   bash scripts/gpu-runs/detached.sh status              # stage, Tasks, elapsed; the archive once ended
 #   WAIT=540 bash scripts/gpu-runs/detached.sh status     # the same, once it ended or after WAIT s
+# (the archive, and the parity-faults files faults-and-qualify.sh leaves beside it)
 # The environment of `start` goes to qualify.sh (MEDIAQUAL_ENGINE, LIMIT, ...). DETACHED_DIR
 # (default /tmp/detached) holds the run's state, log, report and output folder; QUALIFY (default
 # scripts/gpu-runs/qualify.sh) is what runs. Exit status 2 says the request cannot be met: a run
@@ -67,8 +68,10 @@ status)
 	echo "ended: qualify.sh exited $(cat "$dir/rc"); its summary:"
 	tail -8 "$dir/log"
 	if ls "$dir"/out/run-*.tgz >/dev/null 2>&1; then
-		cp "$dir"/out/run-*.tgz "$dir"/out/parity-faults-* "${OUT:?status needs OUT, the output folder of the device tool}/" 2>/dev/null
-		ls "$OUT"/run-*.tgz "$OUT"/parity-faults-* 2>/dev/null
+		cp "$dir"/out/run-*.tgz "${OUT:?status needs OUT, the output folder of the device tool}/" && ls "$OUT"/run-*.tgz || exit 1
+		for f in "$dir"/out/parity-faults-*; do  # faults-and-qualify.sh's
+			if [ -f "$f" ]; then cp "$f" "$OUT/" && ls "$OUT/${f##*/}"; fi
+		done
 	else
 		echo "no archive in $dir/out"
 		exit 1

@@ -28,6 +28,7 @@ mv "$staging" "$MEDIAQUAL_REPORT_DIR" && mv "$OUT/test2json-$1.out" "$MEDIAQUAL_
 echo "args $1 $2"
 echo "- timing: overhead p50 1.0 ms"
 echo archive >"$OUT/run-$1.tgz"
+echo '[]' >"$OUT/parity-faults-$2.json"
 `
 
 func run(t *testing.T, env []string, args ...string) (string, int) {
@@ -43,7 +44,8 @@ func run(t *testing.T, env []string, args ...string) (string, int) {
 }
 
 // A detached run: started, refused a second time while it runs, followed (stage, Tasks), then
-// followed by one command until it ended (WAIT), which gets the archive in its $OUT; a machine
+// followed by one command until it ended (WAIT), which gets the archive (and the parity-faults
+// files beside it) in its $OUT; a machine
 // without a run says so.
 func TestDetachedRun(t *testing.T) {
 	tmp := t.TempDir()
@@ -90,6 +92,9 @@ func TestDetachedRun(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(out2, "run-Wan2.2.tgz"))
 	require.NoError(t, err, "the archive is in the status command's $OUT")
 	assert.Equal(t, "archive\n", string(b))
+	b, err = os.ReadFile(filepath.Join(out2, "parity-faults-wan22.json"))
+	require.NoError(t, err, "faults-and-qualify.sh's files come back beside it")
+	assert.Equal(t, "[]\n", string(b))
 
 	// Another boot of the machine: the state is not this machine's run.
 	require.NoError(t, os.WriteFile(filepath.Join(state, "machine"), []byte("another-boot\n"), 0o644))

@@ -19,8 +19,9 @@ Usage: tiny_wan_parallel.py SCENARIO [SCENARIO ...]
   one rank, with the fp32 floor.
   --old-processors: with --fused, the fused processors installed as before the fix (plain
   set_processor, dropping the layout's _parallel_config): parity must catch it.
-  --fault=NAME: with --fused, a wrong runtime of faults.py put in after the layout (as
-  MEDIAQUAL_PARITY_FAULT does at load), taken out after the scenario: parity must catch it.
+  --fault=NAME: a bf16 pipeline with a wrong runtime of faults.py put in after the layout (as
+  MEDIAQUAL_PARITY_FAULT does at load), taken out after the scenario; the report adds
+  "parity", as --fused does: parity must catch it.
 A scenario that raises on one rank only leaves the ranks out of step (one in a collective the
 other never joins): put one that may raise last, as test_ranks.py does with "ulysses-2 --odd
 --plain-ulysses", which raises on both ranks at the same point.
@@ -145,15 +146,18 @@ def run_scenario(rank, layout, flags):
     from pyworker import parity
 
     fused = "--fused" in flags
-    pipe = pipeline(bf16=fused)
+    fault = next((f.split("=", 1)[1] for f in flags if f.startswith("--fault=")), None)
+    checked = fused or fault  # parity figures in the report
+    pipe = pipeline(bf16=checked)
     shape = ODD if "--odd" in flags else SHAPE
-    if fused:  # the reference runtime on each rank alone, as the adapters' prepare does
+    if checked:  # the reference runtime on each rank alone, as the adapters' prepare does
         reference = first_step(pipe, shape)
         with parity.FP32(pipe.transformer, torch):
             fp32 = first_step(pipe, shape)
         if rank == 0:
             alone_pipe = pipeline(bf16=True)
-            fuse(alone_pipe)
+            if fused:
+                fuse(alone_pipe)
             alone = generate(alone_pipe, shape)
     else:
         alone = generate(pipe, shape) if rank == 0 else None
@@ -167,7 +171,6 @@ def run_scenario(rank, layout, flags):
         cfg = parallel.apply(pipe, layout, rank, torch)
     if cfg is not None and "--break-exchange" in flags:
         cfg._exchange = lambda cond, uncond: None
-    fault = next((f.split("=", 1)[1] for f in flags if f.startswith("--fault=")), None)
     undo = None
     if fault:
         from types import SimpleNamespace
@@ -178,6 +181,7 @@ def run_scenario(rank, layout, flags):
     report = {}
     if fused:
         report["modules"] = fuse(pipe, "--old-processors" in flags)
+    if checked:
         report["parity"] = parity.figures(reference, first_step(pipe, shape, cfg), fp32, layout, fault)
         calls[0] = 0  # the transformer calls of the clip below only
     frames = generate(pipe, shape, cfg)

@@ -1,4 +1,7 @@
 # Reproduce: on a machine with Go, `make gpu-kit` (the kit in .gpu/), carry the repository and
-# .gpu/ to an H200, then from the repository root (the row's engine, regional-compile-fused-graphs,
-# is the default). kernels.jsonl came from the day's first device call, `bash scripts/gpu-runs/kernels.sh`.
-LIMIT=205 bash scripts/gpu-runs/qualify.sh Wan2.1 wan
+# .gpu/ to an 80 GB H100 (`run` with kind nvidia-h100-x1), then from the repository root (the
+# row's engine, regional-compile-fused-graphs, is the default). Detached (docs/DEVICE-KIT.md
+# section 6): the row's wrong runtimes (parity-faults.json and .log, one load, engine eager),
+# then its qualification.
+LIMIT=260 QUALIFY=scripts/gpu-runs/faults-and-qualify.sh bash scripts/gpu-runs/detached.sh start Wan2.1 wan
+WAIT=520 bash scripts/gpu-runs/detached.sh status
