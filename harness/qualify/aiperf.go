@@ -410,10 +410,15 @@ func (c *caseRun) aiperfDataset(items []workItem) (string, map[string]workItem, 
 	return path, byPrompt, f.Close()
 }
 
-// extraInputs are the pinned settings as --extra-inputs, in a stable order.
+// extraInputs are the pinned settings as --extra-inputs, in a stable order. An edit names
+// output_format png, the contract's default, which a server with another default (SGLang's
+// image_api picks jpg) must then honour: the artifact checks hold the PNG to the raw frames.
 func (c *caseRun) extraInputs() [][2]string {
 	fields := c.Entry.Defaults.Fields(c.Entry.Controls, c.Entry.Workload)
 	delete(fields, "prompt")
+	if c.Entry.Workload == spec.ImageEdit {
+		fields["output_format"] = "png"
+	}
 	keys := make([]string, 0, len(fields))
 	for k := range fields {
 		keys = append(keys, k)

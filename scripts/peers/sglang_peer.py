@@ -12,13 +12,9 @@ Usage: python sglang_peer.py --port P --model-path HF_ID --served-model-name ROW
        --render RENDER --work DIR --dit-precision PRECISION
 """
 import argparse
-import asyncio
 import json
 import os
-import re
-import shutil
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import standins  # noqa: E402

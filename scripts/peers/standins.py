@@ -2,11 +2,10 @@
 
 The peers' released packages are installed without their dependencies; everything their HTTP
 layers import from the GPU stack resolves here to an inert stand-in: a module whose every
-attribute is a stand-in class, callable, subscriptable and usable as a decorator. Nothing the
-HTTP layers compute for an answer comes from a stand-in: the media and the numbers come from
-the GPU-hop stand-ins in sglang_peer.py and vllm_omni_peer.py.
+attribute is a stand-in class, callable, subscriptable and usable as a decorator. The media
+and the figures the peers report come from the GPU-hop stand-ins in sglang_peer.py and
+vllm_omni_peer.py; KERNELS below names the peers' own kernel packages replaced the same way.
 """
-import abc
 import importlib.abc
 import importlib.machinery
 import importlib.metadata

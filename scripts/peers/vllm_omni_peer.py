@@ -86,7 +86,7 @@ class Engine:
             if reference:
                 os.remove(reference)
         if out.error:
-            raise RuntimeError(out.error)  # DiffusionEngine raises a worker's error so
+            raise RuntimeError(out.error)  # as DiffusionEngine raises a worker's (non-client) error
         with open(out.path, "rb") as f:
             produced = f.read()
         os.remove(out.path)
