@@ -3,28 +3,31 @@ GO      ?= go
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 BIN     := bin
 
-.PHONY: all test qualify build vet deps ffmpeg python3-venv aiperf torch venvs chromium bench generate list fuzz gpu-kit gpu-kit-check
+.PHONY: all test qualify build vet deps ffmpeg python3-venv aiperf torch peers venvs chromium bench generate list fuzz gpu-kit gpu-kit-check
 
 all: test
 
+# apt-get install of Debian packages $(1): its hundreds of lines go to a log, printed (the last
+# 30) only when it fails.
+apt_install = log=$${TMPDIR:-/tmp}/mediaqual-apt-$(firstword $(1)).log; \
+	echo "installing Debian $(1) with apt-get (its output: $$log)"; \
+	{ $(SUDO) apt-get update -qq && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(1); } >$$log 2>&1 || \
+	{ tail -n 30 $$log; exit 1; }
+
 # Debian's ffmpeg provides the encoder mediaserve uses and ffprobe, the suite's oracle.
 ffmpeg:
-	@if ! command -v ffmpeg >/dev/null || ! command -v ffprobe >/dev/null; then \
-		echo "installing Debian ffmpeg"; \
-		$(SUDO) apt-get update -qq && \
-		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends ffmpeg; \
-	fi
+	@if ! command -v ffmpeg >/dev/null || ! command -v ffprobe >/dev/null; then $(call apt_install,ffmpeg); fi
 
-# Debian's python3-venv, which both virtualenvs need (one apt-get, before either starts).
+# Debian's python3-venv, which the virtualenvs need (one apt-get, before any starts).
 python3-venv:
-	@python3 -c 'import venv, ensurepip' 2>/dev/null || { echo "installing Debian python3-venv"; \
-		$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv; }
+	@if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then $(call apt_install,python3-venv); fi
 
-# Both virtualenvs are built once per machine, in VENV_CACHE under names that change with what
+# The virtualenvs are built once per machine, in VENV_CACHE under names that change with what
 # they hold, and linked into .cache/ where the tests look: another clone (CI's fresh one, for
 # one) reuses them instead of installing again (about 6 minutes of CPU, docs/PERFORMANCE.md). A
-# .cache/ venv that is a directory of its own is used as it is; MEDIAQUAL_AIPERF_VENV and
-# MEDIAQUAL_TORCH_VENV put either anywhere else.
+# .cache/ venv that is a directory of its own is used as it is; MEDIAQUAL_AIPERF_VENV,
+# MEDIAQUAL_TORCH_VENV and MEDIAQUAL_PEERS_VENV put each anywhere else.
 VENV_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/mediaqual
 AIPERF_VERSION := 0.13.0# harness/aiperf.Version (TestMakefilePinsAIPerf)
 
@@ -51,26 +54,41 @@ torch: python3-venv
 	if [ "$$venv" = .cache/torch-2.11.0 ] && [ ! -d $$venv -o -L $$venv ]; then venv=$(TORCH_SHARED); fi; \
 	mkdir -p $$(dirname $$venv); \
 	flock $$venv.lock sh -c 'if ! $$1/bin/python -c "import torch, torchvision, diffusers, transformers, accelerate, numpy" 2>/dev/null; then \
-		echo "installing scripts/torch-cpu.txt into $$1"; \
+		echo "installing scripts/torch-cpu.txt into $$1 (CPU torch, diffusers, transformers: about 5 GB, a few minutes)"; \
 		python3 -m venv --clear $$1 && $$1/bin/pip install -q --disable-pip-version-check -r scripts/torch-cpu.txt; \
 	fi' sh $$venv; \
 	if [ "$$venv" = $(TORCH_SHARED) ]; then mkdir -p .cache && ln -sfn $$venv .cache/torch-2.11.0; fi
 
+# The peers' released HTTP layers (sglang 0.5.23, vllm-omni 0.30.0 on vllm 0.30.0) and the light
+# packages they import, installed --no-deps without their GPU stack (scripts/peers stands in for
+# it), for the peers' conformance test (harness/peers); keyed by scripts/peers/requirements.txt's
+# digest in VENV_CACHE, linked as .cache/peers (MEDIAQUAL_PEERS_VENV puts it anywhere else).
+# About 1.4 GB, most of it vllm's wheel; 76 s to install from pip's cache here.
+PEERS_VENV ?= $(or $(MEDIAQUAL_PEERS_VENV),.cache/peers)
+PEERS_SHARED := $(VENV_CACHE)/peers-$(shell sha256sum scripts/peers/requirements.txt | cut -c1-12)
+peers: python3-venv
+	@venv=$(PEERS_VENV); \
+	if [ "$$venv" = .cache/peers ] && [ ! -d $$venv -o -L $$venv ]; then venv=$(PEERS_SHARED); fi; \
+	mkdir -p $$(dirname $$venv); \
+	flock $$venv.lock sh -c 'if [ ! -f $$1/.installed ]; then \
+		echo "installing scripts/peers/requirements.txt (--no-deps) into $$1"; \
+		python3 -m venv --clear $$1 && $$1/bin/pip install -q --disable-pip-version-check --no-deps -r scripts/peers/requirements.txt && \
+		touch $$1/.installed; \
+	fi' sh $$venv; \
+	if [ "$$venv" = $(PEERS_SHARED) ]; then mkdir -p .cache && ln -sfn $$venv .cache/peers; fi
+
 # Debian's Chromium renders the HTML report in its test.
 chromium:
-	@if ! command -v chromium >/dev/null; then \
-		echo "installing Debian chromium"; \
-		$(SUDO) apt-get update -qq && \
-		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; \
-	fi
+	@if ! command -v chromium >/dev/null; then $(call apt_install,chromium); fi
 
 deps: ffmpeg aiperf
 	$(GO) mod download
 
-# Both virtualenvs at once: each took about 2 minutes alone and about 2 together on the 2-core
-# development machine (pip unpacks one wheel at a time), 4 one after the other.
+# The virtualenvs at once: AIPerf's and torch's each took about 2 minutes alone and about 2
+# together on the 2-core development machine (pip unpacks one wheel at a time), 4 one after the
+# other; the peers' is the third.
 venvs: python3-venv
-	@$(MAKE) --no-print-directory -j2 --output-sync=line aiperf torch
+	@$(MAKE) --no-print-directory -j3 --output-sync=line aiperf torch peers
 
 build:
 	$(GO) build -o $(BIN)/mediaserve ./cmd/mediaserve
@@ -79,9 +97,13 @@ vet:
 	$(GO) vet ./...
 	$(GO) vet -tags gpu ./...
 
+# gotestsum prints each package's line as it ends (a failure's output in full), so a long
+# run says how far along it is; go test alone prints nothing for minutes.
 test: ffmpeg chromium venvs vet
 	$(GO) mod download
-	$(GO) test -count=1 -timeout 25m ./...
+	@gotestsum=$$($(GO) tool -n gotestsum) || exit 1; \
+	echo "go test -count=1 -timeout 25m ./... (one line a package as it ends)"; \
+	$$gotestsum --format pkgname -- -count=1 -timeout 25m ./...
 	$(MAKE) fuzz
 
 # Each fuzz target runs briefly on every test run (its seeds also run as plain tests); found

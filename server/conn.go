@@ -74,8 +74,8 @@ func (p *pacedBody) done(s *Server, answer int64) {
 }
 
 // connGuard keeps at most max client connections open: when a new one would exceed it, the
-// oldest connection that is idle or has sent no request yet is closed, or, with none, the new
-// one.
+// oldest idle connection is closed, else the oldest that has sent no request yet, else the
+// new one.
 type connGuard struct {
 	mu    sync.Mutex
 	max   int
@@ -102,11 +102,18 @@ func (g *connGuard) track(c net.Conn, state http.ConnState) {
 	if state != http.StateNew || len(g.conns) <= g.max {
 		return
 	}
+	// The oldest idle connection first (it has had its answers), else the oldest that has
+	// sent nothing yet.
 	var victim net.Conn
-	var oldest time.Time
+	var best connInfo
 	for o, info := range g.conns {
-		if o != c && info.state != http.StateActive && (victim == nil || info.since.Before(oldest)) {
-			victim, oldest = o, info.since
+		if o == c || info.state == http.StateActive {
+			continue
+		}
+		better := victim == nil || (info.state == http.StateIdle) != (best.state == http.StateIdle) && info.state == http.StateIdle ||
+			info.state == best.state && info.since.Before(best.since)
+		if better {
+			victim, best = o, info
 		}
 	}
 	if victim == nil {

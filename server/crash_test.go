@@ -3,6 +3,7 @@ package server_test
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -11,6 +12,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -139,10 +141,43 @@ func goTool(t *testing.T) string {
 
 var listening = regexp.MustCompile(`listening on (http://\S+)`)
 
-// startMediaserve runs the real binary on dir and returns it with its base URL once it listens.
-func startMediaserve(t *testing.T, bin, dir, ledger string) (*exec.Cmd, *env) {
+// built is cmd/mediaserve, built once for the tests that run it (TestMain removes it).
+var built struct {
+	once     sync.Once
+	dir, bin string
+	err      error
+}
+
+// buildMediaserve builds cmd/mediaserve once and returns the binary's path.
+func buildMediaserve(t *testing.T) string {
 	t.Helper()
-	cmd := exec.Command(bin, "-model", "ref-t2v", "-port", "0", "-artifact-dir", dir, "-ledger", ledger)
+	gotool := goTool(t) // skips the test without one
+	built.once.Do(func() {
+		if built.dir, built.err = os.MkdirTemp("", "mediaserve-bin-"); built.err != nil {
+			return
+		}
+		built.bin = filepath.Join(built.dir, "mediaserve")
+		out, err := exec.Command(gotool, "build", "-o", built.bin, "github.com/mediaqual/mediaqual/cmd/mediaserve").CombinedOutput()
+		if err != nil {
+			built.err = fmt.Errorf("go build: %v: %s", err, out)
+		}
+	})
+	require.NoError(t, built.err)
+	return built.bin
+}
+
+// startMediaserve runs the real binary on dir and returns it with its base URL once it listens.
+// models are its -model flags (default ref-t2v alone).
+func startMediaserve(t *testing.T, bin, dir, ledger string, models ...string) (*exec.Cmd, *env) {
+	t.Helper()
+	if len(models) == 0 {
+		models = []string{"ref-t2v"}
+	}
+	args := []string{"-port", "0", "-artifact-dir", dir, "-ledger", ledger}
+	for _, m := range models {
+		args = append(args, "-model", m)
+	}
+	cmd := exec.Command(bin, args...)
 	stderr := &syncBuffer{}
 	cmd.Stderr = stderr
 	stdout, err := cmd.StdoutPipe()
@@ -184,10 +219,7 @@ func TestMediaserveKill9AndRestart(t *testing.T) {
 		t.Skip("builds and runs the real binary")
 	}
 	tmp := t.TempDir()
-	bin := filepath.Join(tmp, "mediaserve")
-	build := exec.Command(goTool(t), "build", "-o", bin, "github.com/mediaqual/mediaqual/cmd/mediaserve")
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "go build: %s", out)
+	bin := buildMediaserve(t)
 	dir, ledger := filepath.Join(tmp, "artifacts"), filepath.Join(tmp, "ledger.jsonl")
 	require.NoError(t, os.MkdirAll(dir, 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "keep.txt"), []byte("not an artifact"), 0o644))

@@ -32,7 +32,7 @@ type requestInfo struct {
 func (s *Server) newRequestInfo(r *http.Request, route string, received, bodyRead time.Time) requestInfo {
 	return requestInfo{
 		requestID: requestID(r), correlationID: correlationID(r),
-		route: route, base: s.cfg.PublicURL, inputs: map[string]string{}, received: received, bodyRead: bodyRead,
+		route: route, base: s.baseURL(r), inputs: map[string]string{}, received: received, bodyRead: bodyRead,
 	}
 }
 

@@ -140,9 +140,6 @@ func startWith(t testing.TB, cfg server.Config, bounded bool) *env {
 	}
 	cfg.ArtifactDir = e.dir
 	e.http = httptest.NewUnstartedServer(nil)
-	if cfg.PublicURL == "" {
-		cfg.PublicURL = "http://" + e.http.Listener.Addr().String()
-	}
 	srv, err := server.New(cfg)
 	require.NoError(t, err)
 	require.NoError(t, srv.Load(context.Background()))

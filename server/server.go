@@ -11,7 +11,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -49,7 +51,8 @@ type Config struct {
 	Ledger        io.Writer     // request ledger, JSON lines (nil: none)
 	APIKey        string        // when set, /v1/* needs "Authorization: Bearer <key>"
 	// PublicURL is the scheme://host[:port] clients reach this server at: artifact URLs are
-	// built from it, never from a request's Host header ("": URLs are paths only).
+	// built from it, never from a request's Host header, which any client sets. "": the
+	// address the request's connection reached (its local address).
 	PublicURL     string
 	MaxBodyBytes  int64 // request body limit (default 32 MiB); a video's is at most 1 MiB
 	MaxPixels     int   // largest reference image accepted, in pixels (default 4096*4096)
@@ -153,6 +156,9 @@ func New(cfg Config) (*Server, error) {
 		cfg.IdleTimeout = 30 * time.Second
 	}
 	cfg.PublicURL = strings.TrimRight(cfg.PublicURL, "/")
+	if u, err := url.Parse(cfg.PublicURL); cfg.PublicURL != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+		return nil, fmt.Errorf("server: PublicURL %q is not an http:// or https:// URL with a host", cfg.PublicURL)
+	}
 	if cfg.JanitorEvery <= 0 {
 		cfg.JanitorEvery = min(cfg.Lifetime/10, time.Minute)
 	}
@@ -189,6 +195,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	if !cfg.KeepArtifacts {
 		s.sweepOrphans()
+	}
+	if s.ledger.full() { // an appended ledger counts its earlier runs' lines
+		s.log.Warn("the ledger is already at its size limit: no job will be accepted until it is moved away or the limit raised",
+			"limit", cfg.MaxLedgerBytes)
 	}
 	return s, nil
 }
@@ -410,6 +420,22 @@ func (s *Server) reject(w http.ResponseWriter, r *http.Request, route, model str
 		Route: route, Model: excerpt(model), Status: "rejected", HTTPStatus: e.Status,
 		Error: &JobError{Code: e.Code, Message: e.Message},
 	}, false)
+}
+
+// baseURL is where artifact URLs point: PublicURL, else the local address the request's
+// connection was accepted on.
+func (s *Server) baseURL(r *http.Request) string {
+	if s.cfg.PublicURL != "" {
+		return s.cfg.PublicURL
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	if a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
+		return scheme + "://" + a.String()
+	}
+	return ""
 }
 
 // maxVideoBody bounds a video request's body: it carries no file, and its fields (two

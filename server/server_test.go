@@ -674,7 +674,7 @@ func TestEditReferenceDecoded(t *testing.T) {
 }
 
 // TestEditDecodeOffTheRequest: an in-process edit's job is queued once the reference's header
-// is checked, and its lane waits for the decode: a reference that is cheap to read but dear to
+// is checked, and its lane decodes it when it takes the job: a reference that is cheap to read but dear to
 // decode (2048² of zeros, a few kilobytes deflated) shows the decode in queue_ms, not in
 // receive_ms.
 func TestEditDecodeOffTheRequest(t *testing.T) {

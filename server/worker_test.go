@@ -30,7 +30,11 @@ import (
 // Argv os.Args[0] and workertest.EnvMode set runs the test worker instead of the tests.
 func TestMain(m *testing.M) {
 	workertest.Main()
-	os.Exit(m.Run())
+	code := m.Run()
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
+	}
+	os.Exit(code)
 }
 
 // workerLane is a model lane served by this test binary as a worker in mode.

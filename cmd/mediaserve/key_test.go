@@ -1,7 +1,6 @@
 package main
 
 import (
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -52,6 +51,17 @@ func TestKeyLeavesTheEnvironment(t *testing.T) {
 	assert.ErrorContains(t, err, "first line is empty")
 }
 
+// Nor does a server log it: one that starts (and stops: its load fails) with the key from a
+// file, its log and usage captured.
+func TestKeyNotLogged(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "key")
+	require.NoError(t, os.WriteFile(file, []byte(testKey), 0o600))
+	_, out := runCLI("-port", "0", "-model", "ref-t2v", "-fault", "load-fails", "-api-key-file", file, "-ledger", filepath.Join(dir, "l"))
+	assert.Contains(t, out, "load")
+	assert.NotContains(t, out, testKey)
+}
+
 // A mediaserve that fails to start leaves no empty ledger file; one that was there stays.
 func TestFailedStartLeavesNoLedger(t *testing.T) {
 	ledger := filepath.Join(t.TempDir(), "ledger.jsonl")
@@ -63,12 +73,4 @@ func TestFailedStartLeavesNoLedger(t *testing.T) {
 	code, out = runCLI("-port", "0", "-model", "ref-t2v", "-fault", "load-fails", "-ledger", ledger)
 	require.Equal(t, 1, code, out)
 	assert.FileExists(t, ledger, "a ledger the server did not create is left alone")
-}
-
-// Artifact URLs name the listening address, or the machine for a wildcard one.
-func TestPublicURLDefault(t *testing.T) {
-	assert.Equal(t, "http://127.0.0.1:8000", publicURL(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8000}))
-	name, err := os.Hostname()
-	require.NoError(t, err)
-	assert.Equal(t, "http://"+net.JoinHostPort(name, "9000"), publicURL(&net.TCPAddr{IP: net.IPv4zero, Port: 9000}))
 }

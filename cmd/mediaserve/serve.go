@@ -57,7 +57,7 @@ serve's flags:
 	// The key's flag has no default: a default would be printed by -h and by any mistyped flag.
 	fs.StringVar(&o.apiKey, "api-key", "", "bearer key required on /v1/* (default: the file of -api-key-file, else env "+envAPIKey+"; a flag is visible to other local users, prefer those)")
 	fs.StringVar(&o.apiKeyFile, "api-key-file", "", "file holding the bearer key (its first line)")
-	fs.StringVar(&o.publicURL, "public-url", "", "scheme://host[:port] clients reach the server at, for artifact URLs (default: http:// and the listening address; the machine's name for 0.0.0.0 or ::)")
+	fs.StringVar(&o.publicURL, "public-url", "", "scheme://host[:port] clients reach the server at, for artifact URLs (default: the address each connection reached; never the request's Host)")
 	fs.Int64Var(&o.maxBody, "max-body", 32<<20, "largest request body in bytes (a video request's is at most 1 MiB)")
 	fs.Int64Var(&o.memBudget, "memory-budget", server.DefaultMemoryBudget, "bytes requests may make the server hold at once: bodies being parsed, uploads of live jobs, reference decodes (over it: 429 over_memory_budget)")
 	fs.IntVar(&o.maxJobs, "max-jobs", 1024, "jobs kept at once, queued, running or finished and not yet expired or deleted (over it: 429 too_many_jobs)")
@@ -122,9 +122,6 @@ func serve(args []string, stderr io.Writer, log *slog.Logger) (err error) {
 		return err
 	}
 	defer ln.Close()
-	if o.publicURL == "" {
-		o.publicURL = publicURL(ln.Addr().(*net.TCPAddr))
-	}
 	if budget := o.memBudget; os.Getenv("GOMEMLIMIT") == "" && budget > 0 {
 		// The collector works harder as the heap nears twice the budget, rather than letting
 		// garbage of finished requests grow the process past it.
@@ -146,7 +143,7 @@ func serve(args []string, stderr io.Writer, log *slog.Logger) (err error) {
 	hs := srv.HTTPServer()
 	httpErr := make(chan error, 1)
 	go func() { httpErr <- hs.Serve(ln) }()
-	fmt.Printf("mediaserve listening on http://%s (artifacts in %s; artifact URLs under %s)\n", ln.Addr(), artifactDir, o.publicURL)
+	fmt.Printf("mediaserve listening on http://%s (artifacts in %s)\n", ln.Addr(), artifactDir)
 
 	ctx, stop := signalContext()
 	defer stop()
@@ -206,16 +203,4 @@ func openLedger(path string) (*os.File, bool, error) {
 	}
 	f, err = os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0o644)
 	return f, false, err
-}
-
-// publicURL is the default -public-url: the listening address, or the machine's name with
-// its port when it listens on every address (a wildcard is no address a client can use).
-func publicURL(a *net.TCPAddr) string {
-	host := a.IP.String()
-	if a.IP.IsUnspecified() {
-		if name, err := os.Hostname(); err == nil && name != "" {
-			host = name
-		}
-	}
-	return "http://" + net.JoinHostPort(host, strconv.Itoa(a.Port))
 }

@@ -3,6 +3,7 @@ package aiperf_test
 import (
 	"context"
 	"image"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -81,10 +82,13 @@ func TestFailedAndUnfinishedJobsAreNamed(t *testing.T) {
 		Controls: spec.Controls{Sizes: []spec.Size{{W: 32, H: 32}}, Frames: &spec.FrameRule{Step: 4, Offset: 1, Range: spec.IntRange{Min: 1, Max: 9}},
 			FPS: []int{8}, Steps: spec.IntRange{Min: 1, Max: 4}, Guidance: spec.FloatRange{Min: 0, Max: 5}, GuidanceParam: "guidance_scale"},
 		Defaults: spec.Settings{Size: spec.Size{W: 32, H: 32}, NumFrames: 5, FPS: 8, Steps: 1, Guidance: 1, Seed: 1}}
-	srv, err := server.New(server.Config{Models: []server.Model{{Checkpoint: cp, Task: flakyTask{}}}, ArtifactDir: filepath.Join(dir, "art"), Ledger: lf})
+	// The server's artifact URLs are absolute at its PublicURL, which is the test server's.
+	var handler http.Handler
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { handler.ServeHTTP(w, r) }))
+	srv, err := server.New(server.Config{Models: []server.Model{{Checkpoint: cp, Task: flakyTask{}}}, ArtifactDir: filepath.Join(dir, "art"), Ledger: lf, PublicURL: hs.URL})
 	require.NoError(t, err)
 	require.NoError(t, srv.Load(ctx))
-	hs := httptest.NewServer(srv.Handler())
+	handler = srv.Handler()
 	defer func() { hs.Close(); srv.Close() }()
 
 	prompts := filepath.Join(dir, "prompts.jsonl")

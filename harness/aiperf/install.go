@@ -7,11 +7,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
+	"time"
 )
 
 // Version is the pinned AIPerf release.
@@ -59,8 +64,9 @@ func SharedCache() string {
 
 // Ensure returns the AIPerf in venv, creating the virtualenv and installing aiperf==Version
 // from PyPI when it is missing or holds another version. The installed version is read from
-// the package metadata, never assumed. A lock file serialises concurrent installs.
-func Ensure(ctx context.Context, venv string, log *os.File) (Env, error) {
+// the package metadata, never assumed. A lock file serialises concurrent installs. With a
+// log, an install says what it does and, every ProgressEvery, how far along it is.
+func Ensure(ctx context.Context, venv string, log io.Writer) (Env, error) {
 	env := Env{Venv: venv, Python: filepath.Join(venv, "bin", "python"), Binary: filepath.Join(venv, "bin", "aiperf")}
 	if v, err := installedVersion(ctx, env.Python); err == nil && v == Version {
 		env.Version = v
@@ -86,19 +92,28 @@ func Ensure(ctx context.Context, venv string, log *os.File) (Env, error) {
 	if err != nil {
 		return env, err
 	}
-	steps := [][]string{
-		{python, "-m", "venv", "--clear", venv},
-		{env.Python, "-m", "pip", "install", "--disable-pip-version-check", "-q", "aiperf==" + Version},
+	steps := []struct {
+		what string
+		argv []string
+	}{
+		{"creating the virtualenv", []string{python, "-m", "venv", "--clear", venv}},
+		{"pip install aiperf==" + Version, []string{env.Python, "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off", "aiperf==" + Version}},
 	}
-	for _, argv := range steps {
-		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-		var out strings.Builder
-		cmd.Stdout, cmd.Stderr = &out, &out
+	if log != nil {
+		fmt.Fprintf(log, "aiperf install: AIPerf %s from PyPI into %s (about 1 GB; a few minutes)\n", Version, venv)
+	}
+	for i, st := range steps {
+		cmd := exec.CommandContext(ctx, st.argv[0], st.argv[1:]...)
+		out := &pipProgress{}
+		cmd.Stdout, cmd.Stderr = out, out
+		stop := func() {}
 		if log != nil {
-			cmd.Stdout, cmd.Stderr = log, log
+			stop = out.report(log, fmt.Sprintf("aiperf install: step %d of %d, %s", i+1, len(steps), st.what), ProgressEvery)
 		}
-		if err := cmd.Run(); err != nil {
-			return env, fmt.Errorf("aiperf install: %s: %v\n%s", strings.Join(argv, " "), err, tail(out.String(), 2000))
+		err := cmd.Run()
+		stop()
+		if err != nil {
+			return env, fmt.Errorf("aiperf install: %s: %v\n%s", strings.Join(st.argv, " "), err, tail(out.String(), 2000))
 		}
 	}
 	v, err := installedVersion(ctx, env.Python)
@@ -140,4 +155,102 @@ func tail(s string, n int) string {
 		return "…" + s[len(s)-n:]
 	}
 	return s
+}
+
+// ProgressEvery is how often an install with a log says how far along it is.
+var ProgressEvery = 10 * time.Second
+
+// pipProgress is a step's output as it comes (kept whole, for an error's tail), read for how
+// far along pip is: packages resolved, wheels downloaded and their size, then installing.
+type pipProgress struct {
+	mu         sync.Mutex
+	out        strings.Builder
+	line       strings.Builder // the line not yet ended
+	resolved   int
+	downloaded int
+	mb         float64
+	phase      string
+}
+
+// wheelSize is the size pip prints after a wheel it downloads: "Downloading x.whl (55.0 MB)".
+var wheelSize = regexp.MustCompile(`^Downloading \S+\.whl \(([\d.]+) (kB|MB|GB)\)`)
+
+func (p *pipProgress) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.out.Write(b)
+	for _, c := range string(b) {
+		if c != '\n' && c != '\r' {
+			p.line.WriteRune(c)
+			continue
+		}
+		p.read(strings.TrimSpace(p.line.String()))
+		p.line.Reset()
+	}
+	return len(b), nil
+}
+
+func (p *pipProgress) read(l string) {
+	switch {
+	case strings.HasPrefix(l, "Collecting "):
+		p.resolved++
+		p.phase = "resolving"
+	case strings.HasPrefix(l, "Downloading "):
+		if m := wheelSize.FindStringSubmatch(l); m != nil {
+			n, _ := strconv.ParseFloat(m[1], 64)
+			p.mb += n * map[string]float64{"kB": 1e-3, "MB": 1, "GB": 1e3}[m[2]]
+			p.downloaded++
+			p.phase = "downloading"
+		}
+	case strings.HasPrefix(l, "Installing collected packages"):
+		p.phase = "installing the packages"
+	case strings.HasPrefix(l, "Successfully installed"):
+		p.phase = "installed"
+	}
+}
+
+// status says how far along the step is, from what pip has printed so far ("" before it has).
+func (p *pipProgress) status() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.phase == "" {
+		return ""
+	}
+	return fmt.Sprintf("%d packages resolved, %d wheels downloaded (%.0f MB), %s", p.resolved, p.downloaded, p.mb, p.phase)
+}
+
+func (p *pipProgress) String() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.String()
+}
+
+// report writes what to log now and, every interval until stop, how long the step has run and
+// how far along it is; stop writes how long it ran.
+func (p *pipProgress) report(log io.Writer, what string, every time.Duration) (stop func()) {
+	start := time.Now()
+	fmt.Fprintf(log, "%s ...\n", what)
+	done, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				line := fmt.Sprintf("%s: %s", what, time.Since(start).Round(time.Second))
+				if st := p.status(); st != "" {
+					line += ": " + st
+				}
+				fmt.Fprintln(log, line)
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
+		fmt.Fprintf(log, "%s: ended after %s\n", what, time.Since(start).Round(time.Second))
+	}
 }

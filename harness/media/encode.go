@@ -24,9 +24,6 @@ var ContractX264 = []string{"-c:v", "libx264", "-preset", "ultrafast", "-crf", "
 // EncodeContract encodes v at fps with ContractX264 in dir and decodes the clip back: the
 // frames a server that keeps the contract serves for v.
 func EncodeContract(ctx context.Context, v spec.Video, fps int, dir string) ([]*image.RGBA, error) {
-	if err := v.Check(); err != nil {
-		return nil, err
-	}
 	f, err := os.CreateTemp(dir, "contract-*.mp4")
 	if err != nil {
 		return nil, err
@@ -34,12 +31,23 @@ func EncodeContract(ctx context.Context, v spec.Video, fps int, dir string) ([]*
 	path := f.Name()
 	f.Close()
 	defer os.Remove(path)
+	if err := EncodeContractFile(ctx, v, fps, path); err != nil {
+		return nil, err
+	}
+	return DecodeFrames(ctx, path)
+}
+
+// EncodeContractFile encodes v at fps with ContractX264 to the MP4 path.
+func EncodeContractFile(ctx context.Context, v spec.Video, fps int, path string) error {
+	if err := v.Check(); err != nil {
+		return err
+	}
 	args := append([]string{"-hide_banner", "-loglevel", "error", "-nostdin", "-f", "rawvideo", "-pix_fmt", "rgb24",
 		"-s", fmt.Sprintf("%dx%d", v.W, v.H), "-framerate", strconv.Itoa(fps), "-i", "pipe:0", "-an"}, ContractX264...)
 	cmd := procgroup.Own(exec.CommandContext(ctx, "ffmpeg", append(args, "-f", "mp4", "-y", filepath.Clean(path))...))
 	cmd.Stdin = bytes.NewReader(v.Pix)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("encoding with the contract's x264 settings: %v: %s", err, out)
+		return fmt.Errorf("encoding with the contract's x264 settings: %v: %s", err, out)
 	}
-	return DecodeFrames(ctx, path)
+	return nil
 }

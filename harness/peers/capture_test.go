@@ -15,7 +15,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/mediaqual/mediaqual/harness/launch"
 	"github.com/mediaqual/mediaqual/harness/peers"
 	"github.com/mediaqual/mediaqual/harness/wire"
 	"github.com/mediaqual/mediaqual/models"
@@ -37,14 +36,14 @@ func TestCaptureExchanges(t *testing.T) {
 	require.NoError(t, err)
 	python, err := peers.Python(root)
 	require.NoError(t, err)
-	bin := filepath.Join(t.TempDir(), "mediaserve")
-	require.NoError(t, launch.BuildMediaserve(root, bin))
+	bin := filepath.Join(t.TempDir(), "render")
+	require.NoError(t, peers.BuildRender(root, bin))
 	photo, err := os.ReadFile(filepath.Join(root, "fixtures", "images", "coffee.png"))
 	require.NoError(t, err)
 	start := func(p peers.Peer, id string) string {
 		e, err := models.Lookup(id)
 		require.NoError(t, err)
-		srv, err := peers.Start(peers.Config{Root: root, Python: python, Mediaserve: bin, Dir: t.TempDir()}, p, e)
+		srv, err := peers.Start(peers.Config{Root: root, Python: python, Render: bin, Dir: t.TempDir()}, p, e)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = srv.Stop() })
 		return srv.URL

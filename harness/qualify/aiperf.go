@@ -114,7 +114,7 @@ func (c *caseRun) aiperf(s *serving) (aiperfRun, string, error) {
 	c.Row.Versions["aiperf"] = env.Version
 	// AIPerf exits non-zero when every request failed; its records still say which and why,
 	// so they are accounted for before its exit status is.
-	stopProgress := c.showProgress(s, c.T.Logf, progressEvery)
+	stopProgress := c.showProgress(s, func(f string, a ...any) { logf(c.T, f, a...) }, progressEvery)
 	execErr := env.Exec(c.ctx, ar)
 	stopProgress()
 	x, err := aiperf.ReadExports(dir)

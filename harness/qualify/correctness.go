@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"image"
+	"image/png"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -43,6 +44,9 @@ type nativeOutput struct {
 	Raw                        string     // the raw rgb24 frames the artifact was encoded from
 	Decoded                    []string   // digests of the decoded frames (or image)
 	Actual                     api.Actual // what the Task reports it ran (engine and layout included)
+	// Own says the artifact was encoded by the suite itself (the in-process native path), so
+	// its bytes are not the server's to match: identity compares decoded frames alone.
+	Own bool
 }
 
 // items are the row's pinned inputs: its fixture set at its pinned settings, built once.
@@ -104,11 +108,15 @@ func (c *caseRun) correctness(b bundleFacts) (nativeOutputs, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
+	inProcess := c.inProcessNative()
 	if why := c.noNativePath(); why != "" {
 		return nil, "", notCompared{"no native path here: " + why + "; " + c.servedAgainstReferences()}
 	}
 	bundleHashed := func() (string, error) { return "", nil }
-	if c.Entry.Bundle == "" {
+	switch {
+	case inProcess:
+		c.Row.Bundle = map[string]string{"served": "in-process " + c.Entry.NativeTask + ", built into the suite", "native": "the suite's own build of the family (no mediaserve here)"}
+	case c.Entry.Bundle == "":
 		// The reference families are compiled into mediaserve, so the binary is the bundle.
 		sum := sha256.New()
 		bin, err := os.ReadFile(c.Config.Mediaserve)
@@ -117,7 +125,7 @@ func (c *caseRun) correctness(b bundleFacts) (nativeOutputs, string, error) {
 		}
 		sum.Write(bin)
 		c.Row.Bundle = map[string]string{"served": "mediaserve " + c.Entry.ID + "@" + c.Entry.Revision, "sha256": hex.EncodeToString(sum.Sum(nil))[:16]}
-	} else {
+	default:
 		dir := bundle.Dir(c.Entry)
 		// Hashing tens of GB takes as long as a few Tasks: it runs on the CPU while the native
 		// path runs on the GPU.
@@ -155,7 +163,11 @@ func (c *caseRun) correctness(b bundleFacts) (nativeOutputs, string, error) {
 	}
 	// Every input runs natively even after one fails a check, so identity has a native
 	// counterpart for each and the message lists every failure.
-	native, err := c.runNative(items)
+	run := c.runNative
+	if inProcess {
+		run = c.runInProcess
+	}
+	native, err := run(items)
 	digestNote, herr := bundleHashed()
 	if herr != nil {
 		return nil, "", herr
@@ -202,6 +214,9 @@ func (c *caseRun) correctness(b bundleFacts) (nativeOutputs, string, error) {
 		}
 	}
 	summary := fmt.Sprintf("%d native outputs valid under the family contract", len(items))
+	if inProcess {
+		summary = fmt.Sprintf("%d native outputs, computed by the suite itself (%s; no mediaserve here, so encoded with the contract's settings), valid under the family contract", len(items), c.Entry.NativeTask)
+	}
 	if goldens != nil {
 		summary += " and equal to the goldens"
 	}
@@ -293,6 +308,77 @@ func (c *caseRun) runNative(items []workItem) (nativeOutputs, error) {
 		}
 		res[it.key] = nativeOutput{Path: rec.Product.Path, SHA256: rec.Product.SHA256, FramesSHA256: rec.Product.FramesSHA256,
 			Raw: filepath.Join(c.Dir, "native", it.key, "frames.rgb"), Actual: rec.Product.Actual}
+	}
+	return res, nil
+}
+
+// runInProcess is the native path of a family built into the suite (the reference families,
+// whose Tasks are Go), for when no mediaserve binary is at hand: each pinned input run through
+// the family's Task here, its raw frames kept and digested as mediaserve digests them, and
+// encoded by the suite with the contract's settings (an edit as PNG), so that the served
+// artifacts are held to the frames, the goldens and the encoder's quality all the same.
+func (c *caseRun) runInProcess(items []workItem) (nativeOutputs, error) {
+	task, err := c.Entry.NewTask()
+	if err != nil {
+		return nil, fmt.Errorf("the in-process native path of %s: %w", c.Entry.ID, err)
+	}
+	res := nativeOutputs{}
+	for _, it := range items {
+		dir := filepath.Join(c.Dir, "native", it.key)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+		st := c.Entry.Defaults
+		st.Prompt = it.fields["prompt"]
+		req := spec.Request{Settings: st}
+		if it.ref != nil {
+			img, err := media.DecodeImageBytes(it.ref)
+			if err != nil {
+				return nil, err
+			}
+			req.Reference, req.ReferenceFile = img, it.ref
+		}
+		out, err := task.Run(c.ctx, req)
+		if err != nil {
+			return nil, fmt.Errorf("native path %s: %w", it.key, err)
+		}
+		v, err := out.Pixels()
+		if err != nil {
+			return nil, fmt.Errorf("native path %s: %w", it.key, err)
+		}
+		n := nativeOutput{Raw: filepath.Join(dir, "frames.rgb"), Own: true}
+		// Read through the documented shape, as a `mediaserve task` record is (actual.json).
+		b, err := json.Marshal(out.Actual)
+		if err == nil {
+			err = json.Unmarshal(b, &n.Actual)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("native path %s: its actual: %w", it.key, err)
+		}
+		if err := os.WriteFile(n.Raw, v.Pix, 0o644); err != nil {
+			return nil, err
+		}
+		sum := sha256.New()
+		for i := range v.N {
+			sum.Write(v.RGBA(i).Pix) // mediaserve's frames_sha256: the frames as RGBA, in order
+		}
+		n.FramesSHA256 = hex.EncodeToString(sum.Sum(nil))
+		n.Path = filepath.Join(dir, "artifact"+extension(c.Entry.Workload))
+		if c.Entry.Workload == spec.TextToVideo {
+			err = media.EncodeContractFile(c.ctx, v, st.FPS, n.Path)
+		} else {
+			var b bytes.Buffer
+			if err = png.Encode(&b, v.RGBA(0)); err == nil {
+				err = os.WriteFile(n.Path, b.Bytes(), 0o644)
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("native path %s: %w", it.key, err)
+		}
+		if n.SHA256, err = media.FileSHA256(n.Path); err != nil {
+			return nil, err
+		}
+		res[it.key] = n
 	}
 	return res, nil
 }

@@ -8,6 +8,12 @@ import (
 	"github.com/mediaqual/mediaqual/models/bundle"
 )
 
+// inProcessNative says whether the suite computes the native outputs itself: no mediaserve
+// binary, and a row whose Task is Go code with no bundle (the reference families).
+func (c *caseRun) inProcessNative() bool {
+	return c.Config.Mediaserve == "" && c.Entry.NewTask != nil && c.Entry.Bundle == ""
+}
+
 // identity is the stage "identity": every served artifact equals the native artifact for the
 // same inputs, bytes and decoded frames. Without a native path it is not compared.
 func (c *caseRun) identity(native nativeOutputs, a artifactSet) (string, error) {
@@ -26,11 +32,18 @@ func (c *caseRun) identity(native nativeOutputs, a artifactSet) (string, error) 
 		if !ok {
 			return "", fmt.Errorf("no native result for %s", s.item.key)
 		}
-		if err := check.Identity(s.SHA256, n.SHA256, s.Decoded, n.Decoded); err != nil {
-			return "", fmt.Errorf("%s (request %s): %w", s.item.key, s.RequestID, err)
+		same := check.Identity(s.SHA256, n.SHA256, s.Decoded, n.Decoded)
+		if n.Own {
+			same = check.FrameIdentity(s.Decoded, n.Decoded)
+		}
+		if same != nil {
+			return "", fmt.Errorf("%s (request %s): %w", s.item.key, s.RequestID, same)
 		}
 	}
 	msg := fmt.Sprintf("%d served artifacts byte-identical to the native path, decoded frames equal", len(a.Served))
+	if len(native) > 0 && native[a.Served[0].item.key].Own {
+		msg = fmt.Sprintf("%d served artifacts decode to the frames of the suite's own native path (its Task run here and encoded with the contract's settings; bytes not compared, the encoding being the suite's)", len(a.Served))
+	}
 	if l, err := c.layout(); err == nil && l != "" {
 		// Both ran it (the server fails any result of another layout); others may differ.
 		msg += fmt.Sprintf(", both under layout %s (another layout may give other bytes)", l)
@@ -38,10 +51,10 @@ func (c *caseRun) identity(native nativeOutputs, a artifactSet) (string, error) 
 	return msg, nil
 }
 
-// noNativePath says why there is no native path here, "" when there is one: no mediaserve, or
-// an endpoint's GPU row whose bundle is not on this machine.
+// noNativePath says why there is no native path here, "" when there is one: no mediaserve (and
+// no Go Task the suite can run itself), or an endpoint's GPU row whose bundle is not on this machine.
 func (c *caseRun) noNativePath() string {
-	if c.Config.Mediaserve == "" {
+	if c.Config.Mediaserve == "" && !c.inProcessNative() {
 		return "Config.Mediaserve is empty"
 	}
 	if why := bundle.Missing(c.Entry); why != "" && c.Config.Target.External() {

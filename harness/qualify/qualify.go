@@ -192,20 +192,22 @@ func (c *caseRun) stage(name string, fn func() (string, error)) bool {
 	ok := c.T.Run(name, func(t *testing.T) {
 		summary, err := fn()
 		err = c.deadline(name, err)
+		// logf and SkipNow/FailNow, not t.Skip/Fatal, which put this file's line first.
 		var nc notCompared
 		if errors.As(err, &nc) {
 			msg, skipped = nc.Error(), true
 			c.limit(spec.Implemented, name+" "+msg)
-			t.Skip(msg)
+			logf(t, "%s", msg)
+			t.SkipNow()
 		}
 		if err != nil {
 			msg, failed = err.Error(), check.Names(err)
-			t.Fatal(err)
+			logf(t, "%s", msg)
+			t.FailNow()
 		}
 		msg = summary
 		if summary != "" {
-			// Without the file:line t.Log would put before it, the same on every stage's line.
-			fmt.Fprintln(t.Output(), summary)
+			logf(t, "%s", summary)
 		}
 	})
 	st := reports.Stage{Name: name, Passed: ok && !skipped, NotRun: skipped, Message: msg, Checks: failed}
@@ -220,10 +222,10 @@ func (c *caseRun) stage(name string, fn func() (string, error)) bool {
 // report, which a run need not ask for): its findings, its limits and what it earned.
 func report(t *testing.T, row reports.Row) {
 	for _, f := range row.Findings {
-		t.Logf("finding: %s", f)
+		logf(t, "finding: %s", f)
 	}
 	for _, l := range row.Limits {
-		t.Logf("limit: at most %s: %s", l.Ceiling, l.Why)
+		logf(t, "limit: at most %s: %s", l.Ceiling, l.Why)
 	}
 	earned := string(row.Earned)
 	switch {
@@ -233,7 +235,13 @@ func report(t *testing.T, row reports.Row) {
 	default:
 		earned = "nothing (" + row.Label + ")"
 	}
-	t.Logf("outcome: %s; earned: %s", row.Outcome, earned)
+	logf(t, "outcome: %s; earned: %s", row.Outcome, earned)
+}
+
+// logf is t.Logf without the file:line t.Logf puts first, which for the qualification's lines
+// is the same few lines of this package every time.
+func logf(t *testing.T, format string, args ...any) {
+	fmt.Fprintf(t.Output(), format+"\n", args...)
 }
 
 // interrupted is why the run was interrupted, or nil while it was not: the cause of the run's

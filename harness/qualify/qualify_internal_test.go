@@ -342,7 +342,8 @@ func TestEndpointDeparturesAreFindings(t *testing.T) {
 	for _, f := range c.assess() {
 		names = append(names, f.Name)
 	}
-	for _, want := range []string{"error-envelope", "delete-shape", "edit-unconfirmed", "edit-no-timing", "no-in-progress"} {
+	// (sglang 0.5.23 reports in_progress: no "no-in-progress", issue #38 item 2.)
+	for _, want := range []string{"error-envelope", "delete-shape", "edit-unconfirmed", "edit-no-timing"} {
 		assert.Contains(t, names, want)
 	}
 

@@ -39,14 +39,16 @@ func TestRootHoldsWhatTheRowNames(t *testing.T) {
 	assert.NoError(t, endpoint.RootHolds(wan), "an endpoint runs its own worker")
 }
 
-// With a mediaserve set, identity's "not compared" names the correctness stage, not a missing
-// native path. Before, a row whose correctness stage failed was told there was no native path.
+// Where there is a native path (a mediaserve set, or a Go family's Task run in-process),
+// identity's "not compared" names the correctness stage, not a missing native path. Before, a
+// row whose correctness stage failed was told there was no native path.
 func TestIdentityNamesWhyNoNativeOutputs(t *testing.T) {
-	for _, tc := range []struct{ mediaserve, want string }{
-		{"/bin/mediaserve", "not compared: the correctness stage established no native outputs for ref-t2v"},
-		{"", "not compared: no native path for ref-t2v here"},
+	for _, tc := range []struct{ id, mediaserve, want string }{
+		{"ref-t2v", "/bin/mediaserve", "the correctness stage established no native outputs for ref-t2v"},
+		{"ref-t2v", "", "the correctness stage established no native outputs for ref-t2v"},
+		{"Wan-AI/Wan2.1-T2V-1.3B", "", "no native path for Wan-AI/Wan2.1-T2V-1.3B here"},
 	} {
-		e := lookup(t, "ref-t2v")
+		e := lookup(t, tc.id)
 		c := &caseRun{Entry: e, ctx: context.Background(), Config: Config{Mediaserve: tc.mediaserve, Target: Target{Profile: wire.Mediaserve}}}
 		_, err := c.identity(nil, artifactSet{Served: []artifact{{Path: "served.mp4"}}})
 		assert.ErrorContains(t, err, tc.want)

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -75,6 +76,7 @@ func (c *caseRun) serve() (*serving, string, error) {
 			return spec.Entry{}, fmt.Errorf("%s is not in the inventory", id)
 		}
 	}
+	served, lookup = c.declared(s, served, lookup)
 	if err := check.Reconcile(served, lookup, c.Entry); err != nil {
 		return nil, "", err
 	}
@@ -102,6 +104,55 @@ func (c *caseRun) serve() (*serving, string, error) {
 	}
 	d, from := RequestDeadline(c.Entry, c.Config)
 	return s, fmt.Sprintf("%s; /v1/models reconciles with the inventory%s; request deadline %s (%s)", how, refused, d, from), nil
+}
+
+// declared is what an endpoint's /v1/models says, read through its wire profile, and the
+// inventory as far as it can be held to that: a declaration field the server's model list never
+// says (SGLang's has no revision or profile; vLLM's model card none of the four) is left out of
+// the reconciliation on both sides and named as a limit on the row, never a failed serve stage.
+// Where the list says no capability, the row's own stand in, and only serving the workload (the
+// aiperf stage) shows it.
+func (c *caseRun) declared(s *serving, served []api.Model, lookup func(string) (spec.Entry, error)) ([]api.Model, func(string) (spec.Entry, error)) {
+	if !s.External {
+		return served, lookup
+	}
+	var unsaid []string
+	out := make([]api.Model, len(served))
+	for i, m := range served {
+		card, missing := s.Profile.ParseModel(m.Raw)
+		m.ID, m.Capabilities, m.Revision, m.Precision, m.Profile = card.ID, card.Capabilities, card.Revision, card.Precision, card.Profile
+		if slices.Contains(missing, "capabilities") {
+			if e, err := lookup(m.ID); err == nil {
+				for _, x := range e.Capabilities {
+					m.Capabilities = append(m.Capabilities, string(x))
+				}
+			}
+		}
+		out[i] = m
+		for _, f := range missing {
+			if !slices.Contains(unsaid, f) {
+				unsaid = append(unsaid, f)
+			}
+		}
+	}
+	if len(unsaid) == 0 {
+		return out, lookup
+	}
+	c.limit(spec.Implemented, fmt.Sprintf("the endpoint's /v1/models (%s) does not say the model's %s: not reconciled with the inventory", s.Profile.Name, strings.Join(unsaid, ", ")))
+	return out, func(id string) (spec.Entry, error) {
+		e, err := lookup(id)
+		for _, f := range unsaid {
+			switch f {
+			case "revision":
+				e.Revision = ""
+			case "precision":
+				e.Precision = ""
+			case "profile":
+				e.Profile = ""
+			}
+		}
+		return e, err
+	}
 }
 
 // pollHold is the launched mediaserve's long poll (its -poll-hold, stated in every run): a poll
@@ -162,7 +213,7 @@ func (c *caseRun) endpoint() (*serving, string, error) {
 		return nil, "", check.Fail("launch", "%s=%s needs a launched mediaserve, not an endpoint", EnvFault, c.Config.Fault)
 	}
 	// A request no server can accept: no model, no prompt. Its answer shows the error shape.
-	method, path := p.Path(p.CreateVideo, "")
+	method, path := errorProbeRoute(p, c.Entry.Workload)
 	step, err := s.exchange(c.ctx, "error", method, path, map[string]string{"mediaqual_probe": "1"})
 	if err != nil {
 		return nil, "", check.Fail("endpoint", "%w", err)
@@ -174,6 +225,15 @@ func (c *caseRun) endpoint() (*serving, string, error) {
 		c.steps = append(c.steps, step)
 	}
 	return s, "external endpoint " + url + " answers (not launched by the suite)", nil
+}
+
+// errorProbeRoute is where the error-shape probe goes: the row's own route, since an edit
+// row's server may serve no video route.
+func errorProbeRoute(p wire.Profile, w spec.Capability) (method, path string) {
+	if w == spec.ImageEdit {
+		return p.Path(p.EditImage, "")
+	}
+	return p.Path(p.CreateVideo, "")
 }
 
 // exchange sends one request (a JSON body of fields, or none) and keeps it as a wire.Step,

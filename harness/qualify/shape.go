@@ -2,10 +2,14 @@ package qualify
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/mediaqual/mediaqual/fixtures"
 	"github.com/mediaqual/mediaqual/harness/check"
+	"github.com/mediaqual/mediaqual/harness/client"
+	"github.com/mediaqual/mediaqual/harness/wire"
 	"github.com/mediaqual/mediaqual/models/spec"
 )
 
@@ -84,8 +88,12 @@ func (c *caseRun) shapeProbe(s *serving) (string, error) {
 }
 
 // probeClip is one probe clip at st, within one request deadline: created, waited for, held to
-// the settings asked, downloaded and deleted. Returns the MP4.
-func (c *caseRun) probeClip(s *serving, st spec.Settings, prompt, id string) ([]byte, error) {
+// the settings asked, downloaded and deleted. The job is deleted whatever happens after it was
+// created (with its own deadline, and the profile's delete answer), so a probe that fails leaves
+// nothing running. An endpoint that reports no actual is held to what its profile reads of the
+// job (vLLM-Omni's frame count and fps), and ownSettings names the rest as a limit. Returns the
+// MP4.
+func (c *caseRun) probeClip(s *serving, st spec.Settings, prompt, id string) (mp4 []byte, err error) {
 	ctx, cancel := context.WithTimeout(c.ctx, c.requestDeadline())
 	defer cancel()
 	shape := fmt.Sprintf("%s, %d frames, %s, seed %d", st.Size, st.NumFrames, stepsText(st.Steps), st.Seed)
@@ -96,6 +104,13 @@ func (c *caseRun) probeClip(s *serving, st spec.Settings, prompt, id string) ([]
 	if err != nil {
 		return nil, check.Fail("shape-probe", "%s at %s: %w", id, shape, err)
 	}
+	defer func() {
+		dctx, dcancel := context.WithTimeout(context.WithoutCancel(c.ctx), c.requestDeadline())
+		defer dcancel()
+		if derr := s.API.DeleteVideo(dctx, v.ID); derr != nil {
+			err = errors.Join(err, check.Fail("shape-probe", "deleting %s: %w", v.ID, derr))
+		}
+	}()
 	done, _, err := s.API.WaitVideo(ctx, v.ID)
 	if err != nil {
 		return nil, check.Fail("shape-probe", "%s at %s: %w", id, shape, err)
@@ -106,14 +121,35 @@ func (c *caseRun) probeClip(s *serving, st spec.Settings, prompt, id string) ([]
 	if err := c.ownSettings(s, id, asked(c.Entry, st), done.Actual, done.Raw["actual"] != nil); err != nil {
 		return nil, err
 	}
-	mp4, _, err := s.API.Content(ctx, v.ID)
+	if err := c.producedAsAsked(s, fields, done); err != nil {
+		return nil, err
+	}
+	mp4, _, err = s.API.Content(ctx, v.ID)
 	if err != nil {
 		return nil, check.Fail("shape-probe", "%s at %s: downloading %s: %w", id, shape, v.ID, err)
 	}
-	if err := s.API.DeleteVideo(ctx, v.ID); err != nil {
-		return nil, check.Fail("shape-probe", "deleting %s: %w", v.ID, err)
-	}
 	return mp4, nil
+}
+
+// producedAsAsked is the check "actual-settings" on a job from an endpoint that reports no
+// actual: what its profile reads of the job (vLLM-Omni's frame count and fps) against what was
+// asked.
+func (c *caseRun) producedAsAsked(s *serving, fields map[string]string, done client.Video) error {
+	if !s.External || done.Raw["actual"] != nil {
+		return nil
+	}
+	b, err := json.Marshal(done.Raw)
+	if err != nil {
+		return err
+	}
+	wv, _, err := s.Profile.ParseVideo(b)
+	if err != nil {
+		return err
+	}
+	if fs := wire.ProducedAsAsked(fields, wv); len(fs) > 0 {
+		return check.Fail("actual-settings", "%s reports another job than was asked: %v", done.ID, fs)
+	}
+	return nil
 }
 
 func stepsText(n int) string {

@@ -160,3 +160,23 @@ func TestTimingCrossChecksTheServersFigures(t *testing.T) {
 	assert.Equal(t, spec.FamilyValidated, row.Limits[0].Ceiling)
 	assert.Contains(t, row.Limits[0].Why, "inference_time_s (AIPerf's video_inference_time)")
 }
+
+// An edit answer's Task time is read where SGLang puts it, inference_time_s in the answer
+// AIPerf kept, with or without mediaserve's timing beside it (#38 item 5: the edit branch read
+// only timing, so an SGLang edit had no Task time).
+func TestEditTaskTimeFromTheAnswer(t *testing.T) {
+	answer := func(body string) aiperf.Request {
+		return aiperf.Request{XRequestID: "e1", Raw: aiperf.RawRecord{Responses: []aiperf.RawResponse{{Text: body}}},
+			Server: []ledger.Entry{{Event: "job", RequestID: "e1", JobID: "img_1", Status: "completed"}}}
+	}
+	sglang := requestsOf([]aiperf.Request{answer(`{"id":"img_1","data":[],"inference_time_s":0.25}`)}, nil)[0]
+	assert.Equal(t, 250.0, sglang.TaskMS)
+	assert.Equal(t, []check.TaskClaim{{From: "inference_time_s in the answer AIPerf kept", MS: 250}}, sglang.taskClaims)
+
+	both := answer(`{"id":"img_1","inference_time_s":0.25}`)
+	both.Server[0].Timing = &api.Timing{TaskCallWallMS: 250}
+	q := requestsOf([]aiperf.Request{both}, nil)[0]
+	require.Len(t, q.taskClaims, 2, "both reports, to be held to each other")
+	_, err := check.TaskAgrees(q.taskClaims)
+	assert.NoError(t, err)
+}

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -117,7 +118,12 @@ func Assess(x Exchange) ([]Finding, error) {
 		case "delete":
 			var d api.Deleted
 			if err := api.Strict(s.Response.Body, &d); err != nil || !d.Deleted || d.Object != "video.deleted" {
-				add(Finding{"delete-shape", fmt.Sprintf("%s: answer is not {id, object: \"video.deleted\", deleted: true}: %.120s", where, compact(s.Response.Body))})
+				// The answer's keys and object, not the step: one departure repeated on every
+				// delete is one finding.
+				var raw map[string]any
+				_ = json.Unmarshal(s.Response.Body, &raw)
+				add(Finding{"delete-shape", fmt.Sprintf("a delete answers HTTP %d {%s} (status %v), not {id, object: \"video.deleted\", deleted: true}",
+					s.Response.Status, strings.Join(sortedKeys(anyKeys(raw)), ", "), raw["status"])})
 			}
 		case "error":
 			_, more := ParseError(s.Response.Status, s.Response.Body)
@@ -134,10 +140,14 @@ func Assess(x Exchange) ([]Finding, error) {
 			}
 			add(shape("edit answer", s.Response.Body, &api.Edit{})...)
 			if raw["actual"] == nil {
-				add(Finding{"edit-unconfirmed", fmt.Sprintf("%s: the edit does not say what it produced (no actual)", where)})
+				// Not the step: one departure repeated on every edit is one finding.
+				add(Finding{"edit-unconfirmed", "an edit answer does not say what it produced (no actual)"})
 			}
 			if t, _ := taskTime(raw, p.TaskTime); math.IsNaN(t) {
-				add(Finding{"edit-no-timing", fmt.Sprintf("%s: the edit reports no Task time", where)})
+				add(Finding{"edit-no-timing", "an edit answer reports no Task time"})
+			}
+			if f := s.Request.Fields["output_format"]; f == "" || f == "png" {
+				add(editFormat(raw)...)
 			}
 		default:
 			return fs, fmt.Errorf("%s: unknown step %q", where, s.Step)
@@ -149,6 +159,26 @@ func Assess(x Exchange) ([]Finding, error) {
 		add(ProducedAsAsked(asked, last)...)
 	}
 	return fs, nil
+}
+
+// editFormat: an edit asked for PNG (the contract's default, or by name) answered with another
+// image format (SGLang's image_api.choose_output_image_ext picks jpg when none is named).
+func editFormat(raw map[string]any) []Finding {
+	data, _ := raw["data"].([]any)
+	if len(data) == 0 {
+		return nil
+	}
+	item, _ := data[0].(map[string]any)
+	b64, _ := item["b64_json"].(string)
+	head, err := base64.StdEncoding.DecodeString(b64[:min(len(b64), 12)])
+	if err != nil || len(head) < 4 || bytes.HasPrefix(head, []byte("\x89PNG")) {
+		return nil
+	}
+	kind := "not PNG"
+	if bytes.HasPrefix(head, []byte{0xff, 0xd8, 0xff}) {
+		kind = "JPEG"
+	}
+	return []Finding{{"edit-format", fmt.Sprintf("an edit answer's image is %s, not the PNG asked for (output_format png is the contract's default)", kind)}}
 }
 
 // shape is the strict contract decode as a finding: the first field the body adds, renames
@@ -257,10 +287,11 @@ func sortedKeys(m map[string]string) []string {
 	return keys
 }
 
-func compact(b []byte) []byte {
-	var out bytes.Buffer
-	if json.Compact(&out, b) != nil {
-		return b
+// anyKeys is m's keys as a set (for sortedKeys).
+func anyKeys(m map[string]any) map[string]string {
+	out := map[string]string{}
+	for k := range m {
+		out[k] = ""
 	}
-	return out.Bytes()
+	return out
 }

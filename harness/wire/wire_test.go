@@ -30,7 +30,7 @@ func TestRecordedExchanges(t *testing.T) {
 		// reports in_progress with the scheduler's per-step progress (no "no-in-progress", no
 		// "progress-jumps"); vLLM-Omni reports what it produced in part.
 		"sglang.json": {"shape", "unknown-field-accepted", "seconds-echo", "error-envelope", "delete-shape", "shape",
-			"edit-unconfirmed", "settings-unconfirmed", "timing-not-task"},
+			"edit-unconfirmed", "edit-format", "settings-unconfirmed", "timing-not-task"},
 		"vllm-omni.json": {"shape", "unknown-field-accepted", "seconds-echo", "error-code", "shape", "edit-unconfirmed",
 			"edit-no-timing", "progress-jumps", "settings-partly-confirmed", "timing-not-task"},
 	} {

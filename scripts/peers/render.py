@@ -1,8 +1,9 @@
-"""The peers' GPU stand-in: renders one request with `mediaserve task`, the row's native Task.
+"""The peers' GPU stand-in: renders one request with harness/peers/render, the row's native
+Task and mediaserve's encoder, for a model that honours what it is asked.
 
 The bytes are deterministic (the reference families are); the Task's step lines become the
-peer's progress reports and its wall time the peer's own time field. A setting the row does not
-offer fails the render with mediaserve's message, which the peer reports as its job's failure.
+peer's progress reports and its wall time the peer's own time field. What the renderer cannot
+make fails the render with its message, which the peer reports as its job's failure.
 """
 import asyncio
 import dataclasses
@@ -37,7 +38,7 @@ class Renderer:
     async def run(self, fields, reference, step):
         """Renders fields (HTTP names, text values); step(done, total) is called per step."""
         out = tempfile.mkdtemp(dir=self.work)
-        args = [self.binary, "task", "-model", self.row, "-out", out]
+        args = [self.binary, "-model", self.row, "-out", out]
         if reference:
             args += ["-reference", reference]
         for k, v in fields.items():
@@ -54,7 +55,7 @@ class Renderer:
         stdout = (await proc.stdout.read()).decode().strip()
         if await proc.wait() != 0:
             shutil.rmtree(out, ignore_errors=True)
-            return Output(error=(lines[-1] if lines else "mediaserve task failed").removeprefix("mediaserve: "))
+            return Output(error=(lines[-1] if lines else "render failed").removeprefix("render: "))
         with open(os.path.join(out, "actual.json")) as f:
             rec = json.load(f)
         return Output(path=stdout.splitlines()[-1], task_ms=rec["task_call_wall_ms"], actual=rec["product"]["actual"])

@@ -2,14 +2,14 @@
 
 Everything in front of the GPU is SGLang's own: ServerArgs, create_app, its routers, stores,
 progress listener and response building. Only AsyncSchedulerClient._forward_one, the hop to
-the GPU scheduler, is replaced: it renders the request with `mediaserve task` (the row's native
-Task, deterministic), reports per-step progress through SGLang's own ProgressReporter to the
+the GPU scheduler, is replaced: it renders the request with harness/peers/render (the row's
+native Task, deterministic), reports per-step progress through SGLang's own ProgressReporter to the
 server's progress endpoint, as the scheduler's denoising loop does, and answers with an
 OutputBatch as the scheduler does (output_file_paths, output_image_bytes for image requests,
 metrics.total_duration_ms from the Task's wall time, or error).
 
 Usage: python sglang_peer.py --port P --model-path HF_ID --served-model-name ROW --row ROW
-       --render MEDIASERVE --work DIR
+       --render RENDER --work DIR --dit-precision PRECISION
 """
 import argparse
 import asyncio
@@ -80,11 +80,13 @@ def main():
     ap.add_argument("--row", required=True)
     ap.add_argument("--render", required=True)
     ap.add_argument("--work", required=True)
+    ap.add_argument("--dit-precision", required=True)
     args = ap.parse_args()
 
     server_args = ServerArgs.from_kwargs(
         model_path=checkpoint_dir(args.work, args.model_path), served_model_name=args.served_model_name, port=args.port,
         output_path=os.path.join(args.work, "outputs"), input_save_path=os.path.join(args.work, "uploads"),
+        dit_precision=args.dit_precision,
     )
     renderer = render.Renderer(args.render, args.row, os.path.join(args.work, "render"))
     progress = {}

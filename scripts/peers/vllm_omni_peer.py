@@ -5,11 +5,11 @@ omni_run_server, vLLM's app and exception handlers, its routers, stores, storage
 building. Only build_async_omni, which starts the diffusion engine (AsyncOmni and its stage
 processes), is replaced: it yields an engine whose generate() reports the request started (the
 lifecycle output AsyncOmni emits when the diffusion worker takes it), renders it with
-`mediaserve task` and yields the result as AsyncOmni does (OmniRequestOutput with the encoded
+harness/peers/render and yields the result as AsyncOmni does (OmniRequestOutput with the encoded
 MP4, or the image), or raises the stage's error.
 
 Usage: python vllm_omni_peer.py --port P --served-model-name ROW --row ROW --workload W
-       --render MEDIASERVE --work DIR      (W: text_to_video or image_edit)
+       --render RENDER --work DIR      (W: text_to_video or image_edit)
 """
 import argparse
 import contextlib

@@ -58,9 +58,10 @@ func TestMyServer(t *testing.T) {
 	var names []string
 	for _, s := range row.Stages {
 		names = append(names, s.Name)
-		// No native path here (cfg.Mediaserve is empty): identity is not compared, never passed.
-		if s.Name == qualify.StageIdentity && s.Passed {
-			t.Errorf("identity passed without a native path: %s", s.Message)
+		// No mediaserve here (cfg.Mediaserve is empty), but the row's Task is Go code: the suite
+		// runs it itself as the native path, and identity holds the served frames to it.
+		if s.Name == qualify.StageIdentity && !s.Passed {
+			t.Errorf("identity did not pass against the suite's own native path: %s", s.Message)
 		}
 	}
 	if want := qualify.Stages(e); !slices.Equal(names, want) {

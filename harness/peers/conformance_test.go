@@ -1,0 +1,120 @@
+package peers_test
+
+import (
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mediaqual/mediaqual/harness/peers"
+	"github.com/mediaqual/mediaqual/harness/qualify"
+	"github.com/mediaqual/mediaqual/models"
+	"github.com/mediaqual/mediaqual/models/spec"
+	"github.com/mediaqual/mediaqual/reports"
+)
+
+// findings are the true findings of each peer on each reference row, by name, each for a
+// reason in the peer's released code (docs/EXTERNAL.md's tables say which): a finding more or
+// less is a protocol disagreement, in the peer's code or in the suite's reading of it.
+var findings = map[string][]string{
+	"sglang/ref-t2v": {"delete-shape", "error-envelope", "no-request-id-echo", "settings-unconfirmed", "shape", "timing-not-task",
+		"unsupported-setting-accepted", "unsupported-setting-accepted", "unsupported-setting-accepted",
+		"unsupported-setting-accepted", "unsupported-setting-accepted"},
+	"sglang/ref-edit": {"edit-format", "edit-unconfirmed", "error-envelope", "shape",
+		"unsupported-setting-accepted", "unsupported-setting-accepted", "unsupported-setting-accepted"},
+	"vllm-omni/ref-t2v": {"error-code", "no-request-id-echo", "refusal-unnamed", "settings-partly-confirmed", "shape", "timing-not-task",
+		"unsupported-setting-accepted", "unsupported-setting-accepted", "unsupported-setting-accepted", "unsupported-setting-accepted"},
+	"vllm-omni/ref-edit": {"edit-no-timing", "edit-unconfirmed", "error-code", "shape",
+		"unsupported-setting-accepted", "unsupported-setting-accepted", "unsupported-setting-accepted"},
+}
+
+// tutorialFlags are the flags AIPerf 0.13's own tutorials use against SGLang
+// (docs/tutorials/sglang-video-generation.md, sglang-image-edit.md), each of which the suite's
+// AIPerf command must use the same way. --tokenizer is the one the suite sets otherwise (a local
+// tokenizer directory, not builtin, which downloads a tiktoken file: docs/AIPERF.md).
+var tutorialFlags = map[spec.Capability][]string{
+	spec.TextToVideo: {"--endpoint-type video_generation", "--input-file", "--custom-dataset-type single_turn",
+		"--extra-inputs size:", "--extra-inputs seed:", "--extra-inputs num_inference_steps:", "--extra-inputs guidance_scale:",
+		"--extra-inputs fps:", "--extra-inputs num_frames:", "--download-video-content", "--concurrency", "--request-count",
+		"--request-timeout-seconds", "--export-level raw"},
+	spec.ImageEdit: {"--endpoint-type image_edit", "--input-file", "--custom-dataset-type single_turn",
+		"--extra-inputs size:", "--extra-inputs num_inference_steps:", "--extra-inputs guidance_scale:",
+		"--concurrency", "--request-count", "--export-level raw"},
+}
+
+// TestPeerConformance qualifies the reference rows ref-t2v and ref-edit against both peers'
+// released HTTP layers (sglang 0.5.23, vllm-omni 0.30.0) through the exported qualification,
+// each with its wire profile, and fails on any protocol disagreement: every stage passes but
+// correctness and identity, which do not run (no native path is given: the stand-in's
+// bytes are the row's native Task's, so an identity pass would prove nothing about the peer);
+// the findings are exactly the true ones above; what the peer cannot say is a named limit.
+func TestPeerConformance(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the peers' released servers and runs AIPerf")
+	}
+	root, err := filepath.Abs("../..")
+	require.NoError(t, err)
+	python, err := peers.Python(root)
+	require.NoError(t, err)
+	bin := filepath.Join(t.TempDir(), "render")
+	require.NoError(t, peers.BuildRender(root, bin))
+
+	for _, p := range peers.All {
+		for _, id := range []string{"ref-t2v", "ref-edit"} {
+			t.Run(p.Name+"/"+id, func(t *testing.T) {
+				t.Parallel()
+				e, err := models.Lookup(id)
+				require.NoError(t, err)
+				srv, err := peers.Start(peers.Config{Root: root, Python: python, Render: bin, Dir: t.TempDir()}, p, e)
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = srv.Stop() })
+
+				cfg := qualify.Defaults()
+				cfg.Root, cfg.Lookup = root, models.Lookup
+				cfg.Target = qualify.Target{Endpoint: srv.URL, Profile: p.Profile}
+				cfg.Warmup, cfg.Measured = 0, 2
+				var row reports.Row
+				t.Run("qualify", func(t *testing.T) { row = qualify.Run(t, e, cfg) })
+				if t.Failed() {
+					t.Logf("%s log tail:\n%s", p.Name, srv.LogTail(60))
+				}
+
+				assert.Equal(t, reports.Passed, row.Outcome)
+				for _, s := range row.Stages {
+					switch s.Name {
+					case qualify.StageCorrectness, qualify.StageIdentity:
+						assert.False(t, s.Passed, s.Name)
+						assert.True(t, s.NotRun, "%s: %s", s.Name, s.Message)
+					default:
+						assert.True(t, s.Passed, "%s: %s", s.Name, s.Message)
+					}
+					if s.Name == qualify.StageServe {
+						assert.NotContains(t, s.Message, "refused, each naming its field", "the peer refuses none of the settings by name")
+						assert.Contains(t, s.Message, "not refused by name (findings)")
+					}
+				}
+				var names []string
+				for _, f := range row.Findings {
+					name, _, _ := strings.Cut(f, ":")
+					names = append(names, name)
+				}
+				slices.Sort(names)
+				assert.Empty(t, cmp.Diff(findings[p.Name+"/"+id], names), "findings (-want +got):\n%s", strings.Join(row.Findings, "\n"))
+
+				var limits []string
+				for _, l := range row.Limits {
+					limits = append(limits, l.Why)
+				}
+				assert.Contains(t, strings.Join(limits, "\n"), "the endpoint's /v1/models ("+p.Name+") does not say the model's", "what the peer's model list cannot say is a limit")
+				for _, flag := range tutorialFlags[e.Workload] {
+					assert.Contains(t, row.AIPerfCommand, " "+flag, "AIPerf 0.13's SGLang tutorial uses %s", flag)
+				}
+				t.Logf("AIPerf: %s\nlimits:\n  %s\nfindings:\n  %s", row.AIPerfCommand, strings.Join(limits, "\n  "), strings.Join(row.Findings, "\n  "))
+			})
+		}
+	}
+}
