@@ -192,6 +192,9 @@ func (c *caseRun) launch() (*serving, string, error) {
 		err = fmt.Errorf("%w\n%s", err, bundle.RaiseHint(timeout, from))
 	}
 	if err != nil {
+		if srv != nil { // started but not ready: Launch leaves stopping it to its caller
+			_ = srv.Stop()
+		}
 		return nil, "", launchFailure(err)
 	}
 	c.Row.Load = &reports.Load{ReadyS: time.Since(start).Seconds(), TimeoutS: timeout.Seconds(), From: from}
