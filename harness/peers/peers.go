@@ -97,10 +97,15 @@ func Start(cfg Config, p Peer, e spec.Entry) (*launch.Server, error) {
 	} else {
 		args = append(args, "--model", hf, "--workload", string(e.Workload))
 	}
-	return launch.Launch(launch.Config{
+	srv, err := launch.Launch(launch.Config{
 		Binary: cfg.Python, Args: args, Dir: cfg.Dir, Port: port, ReadyPath: "/health",
 		Env: []string{"PYTHONDONTWRITEBYTECODE=1"},
 		// vLLM-Omni's server drains for several seconds on SIGTERM; nothing of it is under test.
 		StopTimeout: 3 * time.Second,
 	})
+	if err != nil && srv != nil { // started but not ready: Launch leaves stopping it to us
+		_ = srv.Stop()
+		return nil, err
+	}
+	return srv, err
 }
