@@ -3,13 +3,11 @@ package server
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"image"
 	"image/color"
 	"io"
 	"net/http"
 	"sync"
-	"unicode/utf8"
 )
 
 // The memory budget: the bytes requests may make the server hold, server-wide, whatever they
@@ -182,14 +180,5 @@ func checkImage(b []byte) (image.Config, int64, error) {
 // excerptBytes bounds how much of a client's input any message quotes.
 const excerptBytes = 64
 
-// excerpt is s cut to excerptBytes (on a rune boundary), saying how long it was.
-func excerpt(s string) string {
-	if len(s) <= excerptBytes {
-		return s
-	}
-	cut := excerptBytes
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return fmt.Sprintf("%s…(%d bytes)", s[:cut], len(s))
-}
+// excerpt is s cut to excerptBytes, saying how long it was.
+func excerpt(s string) string { return cut(s, excerptBytes) }

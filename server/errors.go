@@ -37,15 +37,18 @@ func errf(status int, code, param, format string, args ...any) *apiError {
 // answer and its ledger line stay small whatever the input.
 const maxMessageBytes = 1 << 10
 
-func bounded(msg string) string {
-	if len(msg) <= maxMessageBytes {
-		return msg
+func bounded(msg string) string { return cut(msg, maxMessageBytes) }
+
+// cut is s cut to at most n bytes (on a rune boundary), saying how long it was.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
 	}
-	cut := maxMessageBytes
-	for cut > 0 && !utf8.RuneStart(msg[cut]) {
-		cut--
+	at := n
+	for at > 0 && !utf8.RuneStart(s[at]) {
+		at--
 	}
-	return fmt.Sprintf("%s…(%d bytes)", msg[:cut], len(msg))
+	return fmt.Sprintf("%s…(%d bytes)", s[:at], len(s))
 }
 
 func invalid(param, format string, args ...any) *apiError {
