@@ -32,29 +32,6 @@ var MaxPixels = 1 << 26
 // digests do not depend on which SIMD path swscale picks on a given machine.
 const decodeSwsFlags = "bicubic+accurate_rnd+full_chroma_int+bitexact"
 
-// VideoSize asks ffprobe for the width and height of path's first video stream as the
-// decoder will output them (read from the bitstream, not the container), without
-// decoding any frame.
-func VideoSize(ctx context.Context, path string) (w, h int, err error) {
-	out, err := procgroup.Own(exec.CommandContext(ctx, "ffprobe", "-v", "error", "-select_streams", "v:0",
-		"-show_entries", "stream=width,height", "-of", "csv=p=0:s=x", path)).Output()
-	if err != nil {
-		return 0, 0, fmt.Errorf("ffprobe %s: %v: %s", path, err, stderrOf(err))
-	}
-	s := strings.TrimSpace(string(out))
-	ws, hs, ok := strings.Cut(s, "x")
-	if ok {
-		w, err = strconv.Atoi(ws)
-		if err == nil {
-			h, err = strconv.Atoi(hs)
-		}
-	}
-	if !ok || err != nil || w <= 0 || h <= 0 {
-		return 0, 0, fmt.Errorf("ffprobe %s: no video size in %q", path, s)
-	}
-	return w, h, nil
-}
-
 func stderrOf(err error) []byte {
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
@@ -65,25 +42,21 @@ func stderrOf(err error) []byte {
 
 // EachFrame decodes path's first video stream with the ffmpeg CLI and calls fn with
 // every frame in order, as RGBA with opaque alpha. Each frame is freshly allocated and
-// belongs to fn. Frames are in coded orientation (-noautorotate), so their size is the
-// one VideoSize reports whatever rotation metadata says. A non-nil error from fn stops
-// decoding and is returned. Every decoded frame comes out once (-fps_mode passthrough):
-// ffmpeg's default for raw output would duplicate or drop frames of a variable-rate
-// clip to make it constant-rate. Decoding errors fail it (-xerror, and any error ffmpeg
-// logs): left alone, ffmpeg decodes what it can of a damaged or truncated file and
-// exits 0, which would pass off a partial clip as a whole one.
+// belongs to fn. Frames are in coded orientation (-noautorotate). A non-nil error from fn
+// stops decoding and is returned. Every decoded frame comes out once (-fps_mode
+// passthrough): ffmpeg's default for raw output would duplicate or drop frames of a
+// variable-rate clip to make it constant-rate. Decoding errors fail it (-xerror, and any
+// error ffmpeg logs): left alone, ffmpeg decodes what it can of a damaged or truncated
+// file and exits 0, which would pass off a partial clip as a whole one.
+//
+// ffmpeg writes each frame as a PAM image, whose header carries the frame's size: one
+// process per clip, where raw output needed an ffprobe for the size first (about 70 ms a
+// file, a third of a qualification's ffmpeg processes).
 func EachFrame(ctx context.Context, path string, fn func(i int, frame *image.RGBA) error) error {
-	w, h, err := VideoSize(ctx, path)
-	if err != nil {
-		return err
-	}
-	if w > MaxPixels/h {
-		return fmt.Errorf("decode %s: %dx%d frames exceed MaxPixels (%d)", path, w, h, MaxPixels)
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	cmd := procgroup.Own(exec.CommandContext(ctx, "ffmpeg", "-v", "error", "-xerror", "-nostdin", "-noautorotate", "-i", path,
-		"-map", "0:v:0", "-fps_mode", "passthrough", "-f", "rawvideo", "-pix_fmt", "rgba", "-sws_flags", decodeSwsFlags, "-"))
+		"-map", "0:v:0", "-fps_mode", "passthrough", "-f", "image2pipe", "-c:v", "pam", "-pix_fmt", "rgba", "-sws_flags", decodeSwsFlags, "-"))
 	var stderr limitedBuffer
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
@@ -94,18 +67,22 @@ func EachFrame(ctx context.Context, path string, fn func(i int, frame *image.RGB
 		return fmt.Errorf("decode %s: %w", path, err)
 	}
 	rd := bufio.NewReaderSize(stdout, 1<<20)
+	var size image.Rectangle
 	for i := 0; ; i++ {
-		img := image.NewRGBA(image.Rect(0, 0, w, h))
-		n, err := io.ReadFull(rd, img.Pix)
+		img, err := readPAM(rd)
 		if err == io.EOF {
 			break
 		}
+		if err == nil && i > 0 && img.Rect != size {
+			err = fmt.Errorf("%dx%d, where frame 0 was %dx%d", img.Rect.Dx(), img.Rect.Dy(), size.Dx(), size.Dy())
+		}
 		if err != nil {
 			// Most likely ffmpeg failed mid-stream: its exit status and stderr say why.
+			cancel()
 			werr := cmd.Wait()
-			return fmt.Errorf("decode %s: frame %d: read %d of %d bytes (%v); ffmpeg: %v: %s",
-				path, i, n, len(img.Pix), err, werr, bytes.TrimSpace(stderr.Bytes()))
+			return fmt.Errorf("decode %s: frame %d: %v; ffmpeg: %v: %s", path, i, err, werr, bytes.TrimSpace(stderr.Bytes()))
 		}
+		size = img.Rect
 		if err := fn(i, img); err != nil {
 			cancel()
 			_ = cmd.Wait()
@@ -119,6 +96,52 @@ func EachFrame(ctx context.Context, path string, fn func(i int, frame *image.RGB
 		return fmt.Errorf("decode %s: ffmpeg reported errors: %s", path, msg)
 	}
 	return nil
+}
+
+// readPAM reads one PAM image of ffmpeg's pam encoder with -pix_fmt rgba (the header
+// "P7", WIDTH, HEIGHT, DEPTH 4, MAXVAL 255, TUPLTYPE RGB_ALPHA, ENDHDR, a line each, then
+// the pixels), refusing any other header and frames larger than MaxPixels before
+// allocating. io.EOF: the stream ended before another image began.
+func readPAM(rd *bufio.Reader) (*image.RGBA, error) {
+	fields := map[string]string{}
+	for line := 0; ; line++ {
+		b, err := rd.ReadSlice('\n')
+		if err == io.EOF && line == 0 && len(b) == 0 {
+			return nil, io.EOF
+		}
+		if err != nil {
+			return nil, fmt.Errorf("PAM header line %d: %w", line, err)
+		}
+		text := string(b[:len(b)-1])
+		switch {
+		case line == 0:
+			if text != "P7" {
+				return nil, fmt.Errorf("not a PAM image: starts %q", text)
+			}
+			continue
+		case text == "ENDHDR":
+		case line > 6:
+			return nil, fmt.Errorf("PAM header longer than ffmpeg writes")
+		default:
+			key, value, _ := strings.Cut(text, " ")
+			fields[key] = value
+			continue
+		}
+		break
+	}
+	w, errW := strconv.Atoi(fields["WIDTH"])
+	h, errH := strconv.Atoi(fields["HEIGHT"])
+	if errW != nil || errH != nil || w <= 0 || h <= 0 || fields["DEPTH"] != "4" || fields["MAXVAL"] != "255" || fields["TUPLTYPE"] != "RGB_ALPHA" || len(fields) != 5 {
+		return nil, fmt.Errorf("PAM header %q: not 8-bit RGBA of a positive size", fields)
+	}
+	if w > MaxPixels/h {
+		return nil, fmt.Errorf("%dx%d frames exceed MaxPixels (%d)", w, h, MaxPixels)
+	}
+	img := image.NewRGBA(image.Rect(0, 0, w, h))
+	if n, err := io.ReadFull(rd, img.Pix); err != nil {
+		return nil, fmt.Errorf("read %d of %d bytes of pixels: %w", n, len(img.Pix), err)
+	}
+	return img, nil
 }
 
 // DecodeFrames decodes every frame of path's first video stream (see EachFrame). It

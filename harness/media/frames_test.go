@@ -1,6 +1,7 @@
 package media
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -12,6 +13,7 @@ import (
 	"image"
 	"image/color"
 	"image/png"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -107,7 +109,7 @@ func TestDecodeFramesErrors(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
 	_, err := DecodeFrames(ctx, filepath.Join(dir, "absent.mp4"))
-	assert.ErrorContains(t, err, "ffprobe")
+	assert.ErrorContains(t, err, "absent.mp4: No such file")
 	garbage := filepath.Join(dir, "garbage.mp4")
 	require.NoError(t, os.WriteFile(garbage, bytes.Repeat([]byte("not a video "), 100), 0o644))
 	_, err = DecodeFrames(ctx, garbage)
@@ -132,6 +134,41 @@ func TestDecodeFramesErrors(t *testing.T) {
 	})
 	assert.ErrorIs(t, err, stop)
 	assert.Equal(t, 3, n)
+}
+
+// TestReadPAM: the frames ffmpeg writes are read only under the header its pam encoder writes
+// for rgba; anything else is refused before a frame is allocated.
+func TestReadPAM(t *testing.T) {
+	header := "P7\nWIDTH 3\nHEIGHT 2\nDEPTH 4\nMAXVAL 255\nTUPLTYPE RGB_ALPHA\nENDHDR\n"
+	pix := bytes.Repeat([]byte{1, 2, 3, 255}, 6)
+	rd := bufio.NewReader(strings.NewReader(header + string(pix) + header + string(pix)))
+	for range 2 {
+		img, err := readPAM(rd)
+		require.NoError(t, err)
+		assert.Equal(t, image.Rect(0, 0, 3, 2), img.Rect)
+		assert.Equal(t, pix, img.Pix)
+	}
+	_, err := readPAM(rd)
+	assert.Equal(t, io.EOF, err, "the end between frames")
+
+	for name, in := range map[string]string{
+		"truncated pixels": header + string(pix[:5]),
+		"truncated header": "P7\nWIDTH 3\n",
+		"not PAM":          "P6\n3 2\n255\n",
+		"RGB":              strings.Replace(header, "DEPTH 4", "DEPTH 3", 1),
+		"16-bit":           strings.Replace(header, "MAXVAL 255", "MAXVAL 65535", 1),
+		"grayscale":        strings.Replace(header, "RGB_ALPHA", "GRAYSCALE_ALPHA", 1),
+		"no width":         strings.Replace(header, "WIDTH 3\n", "", 1),
+		"zero height":      strings.Replace(header, "HEIGHT 2", "HEIGHT 0", 1),
+		"negative width":   strings.Replace(header, "WIDTH 3", "WIDTH -3", 1),
+		"extra field":      strings.Replace(header, "ENDHDR", "COMMENT x\nENDHDR", 1),
+		"endless header":   "P7\n" + strings.Repeat("WIDTH 3\n", 100),
+		"huge":             strings.Replace(strings.Replace(header, "WIDTH 3", "WIDTH 100000", 1), "HEIGHT 2", "HEIGHT 100000", 1),
+	} {
+		_, err := readPAM(bufio.NewReader(strings.NewReader(in)))
+		assert.Error(t, err, name)
+		assert.NotEqual(t, io.EOF, err, "%s: a broken frame is not the stream's end", name)
+	}
 }
 
 func TestDecodeImage(t *testing.T) {
