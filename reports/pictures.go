@@ -461,7 +461,9 @@ func WritePNG(path string, img image.Image) error {
 	if err != nil {
 		return err
 	}
-	enc := png.Encoder{CompressionLevel: png.BestCompression}
+	// The default level: 3 % larger than the best (a contact sheet, 165 against 160 kB) in a fifth
+	// of its time (0.14 against 0.67 s), which every row of every run pays.
+	enc := png.Encoder{CompressionLevel: png.DefaultCompression}
 	if err := enc.Encode(f, img); err != nil {
 		f.Close()
 		return err
