@@ -512,18 +512,19 @@ class TinyPipelineTest(testing.RealWorkerTestCase):
         bundle = os.path.join(self.tmp, "MiniMaxAI", "MiniMax-H3")
         script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testdata", "tiny_minimax_parallel.py")
 
-        def ranks(*flags):
-            out = subprocess.run([sys.executable, script, bundle, *flags], capture_output=True, text=True, timeout=300)
-            self.assertEqual(out.returncode, 0, out.stderr[-4000:])
-            lines = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
-            self.assertEqual(sorted(r["rank"] for r in lines), [0, 1], out.stdout + out.stderr[-4000:])
-            return lines
-
-        for r in ranks():
+        # Both cases in one invocation, in the same two ranks; the refused one last.
+        out = subprocess.run([sys.executable, script, bundle, "ulysses-2", "local-attention"], capture_output=True, text=True,
+                             timeout=300)
+        self.assertEqual(out.returncode, 0, out.stderr[-4000:])
+        lines = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+        self.assertEqual(sorted((r["case"], r["rank"]) for r in lines),
+                         [("local-attention", 0), ("local-attention", 1), ("ulysses-2", 0), ("ulysses-2", 1)],
+                         out.stdout + out.stderr[-4000:])
+        for r in (r for r in lines if r["case"] == "ulysses-2"):
             self.assertNotIn("error", r)
             self.assertTrue(r["parity"]["passed"], r)
             self.assertEqual((r["parity"]["rel_l2"], r["parity"]["max_abs"]), (0.0, 0.0), r)
-        for r in ranks("--local-attention"):
+        for r in (r for r in lines if r["case"] == "local-attention"):
             self.assertRegex(r.get("error", ""), r"ParityError: parity: engine eager, layout ulysses-2 differs from eager "
                                                  r"on one device: .*its cond prediction is [0-9.]+ from fp32", r)
 

@@ -96,9 +96,31 @@ def gone(pid, timeout=30):
 
 @testing.needs("torch", "numpy")
 class GroupProtocolTest(unittest.TestCase):
-    def setUp(self):
-        self.w = Ranked()
+    """A test that ends its group, or needs one started under an environment of its own, starts
+    its own (start). The tests after which the group serves on (a cancel, an error on rank 0
+    alone, a refused run) share one (serving), each ending with a job both ranks serve together:
+    two groups fewer to start, each two ranks importing torch."""
+
+    shared = None  # serving's group, closed with the class
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.shared is not None:
+            cls.shared.close()
+            cls.shared = None
+
+    def start(self, env=None):
+        self.w = Ranked(env=env)
         self.addCleanup(self.w.close)
+        self.ready()
+
+    def serving(self):
+        cls = type(self)
+        if cls.shared is None:
+            cls.shared = self.w = Ranked()
+            self.ready()
+        self.w = cls.shared
+        self.assertIsNone(self.w.p.poll(), "the shared group has ended: %s" % self.w.stderr()[-2000:])
 
     def ready(self):
         ev = self.w.event()
@@ -107,7 +129,7 @@ class GroupProtocolTest(unittest.TestCase):
         return ev
 
     def test_a_job_needs_both_ranks_and_eof_ends_both(self):
-        self.ready()
+        self.start()
         job, out = self.w.run()
         ev = self.w.end()
         self.assertEqual((ev["event"], ev["id"], ev["frames"]), ("result", job, 2), ev)
@@ -124,9 +146,7 @@ class GroupProtocolTest(unittest.TestCase):
     def test_an_idle_lane_outlives_the_group_timeout(self):
         """Rank 1 waits for the next job in a broadcast of the control group; an idle lane
         longer than the group's timeout (here 2 s, 30 minutes in service) must still serve."""
-        self.w.close()
-        self.w = Ranked(env={"MEDIAQUAL_GROUP_TIMEOUT_S": "2"})
-        self.ready()
+        self.start(env={"MEDIAQUAL_GROUP_TIMEOUT_S": "2"})
         time.sleep(5)
         job, _ = self.w.run()
         ev = self.w.end()
@@ -135,15 +155,13 @@ class GroupProtocolTest(unittest.TestCase):
     def test_a_rank_slower_to_start_than_the_group_timeout_still_joins(self):
         """Starting a rank (Python, torch) can outlast the group's timeout on a loaded host: the
         ranks first meet at the store, with a wait of their own."""
-        self.w.close()
-        self.w = Ranked(env={"MEDIAQUAL_GROUP_TIMEOUT_S": "1", "RANKED_SLOW_START_S": "3"})
-        self.ready()
+        self.start(env={"MEDIAQUAL_GROUP_TIMEOUT_S": "1", "RANKED_SLOW_START_S": "3"})
         job, _ = self.w.run()
         ev = self.w.end()
         self.assertEqual((ev["event"], ev["id"]), ("result", job), "%s; stderr: %s" % (ev, self.w.stderr()[-2000:]))
 
     def test_cancel_stops_every_rank_at_the_same_step(self):
-        self.ready()
+        self.serving()
         job, _ = self.w.run(prompt="slow", num_inference_steps=50)
         self.assertEqual(self.w.event()["event"], "progress")
         self.w.send({"op": "cancel", "id": job})
@@ -159,7 +177,7 @@ class GroupProtocolTest(unittest.TestCase):
         self.assertIn("[rank 1]: rank 1 stopped at step %d\n" % step, err)
 
     def test_a_dead_rank_ends_the_group_and_is_named(self):
-        self.ready()
+        self.start()
         self.w.run(prompt="crash rank 1")
         self.assertIsNone(self.w.end(), "no result or error: the process ended")
         rc, err = self.w.wait()
@@ -168,7 +186,7 @@ class GroupProtocolTest(unittest.TestCase):
         self.assertRegex(err, r"rank 1 (\(pid %d\) )?exited with status 7" % child_pid(err))
 
     def test_a_failure_on_rank_0_is_reported_then_ends_the_group(self):
-        self.ready()
+        self.start()
         job, _ = self.w.run(prompt="raise rank 0")
         ev = self.w.end()
         self.assertEqual((ev["event"], ev["code"]), ("error", "pipeline_error"), ev)
@@ -178,7 +196,7 @@ class GroupProtocolTest(unittest.TestCase):
         self.assertTrue(gone(child_pid(err)), "rank 1 outlived rank 0")
 
     def test_a_failure_on_rank_1_ends_the_group(self):
-        self.ready()
+        self.start()
         self.w.run(prompt="raise rank 1")
         self.assertIsNone(self.w.end())
         rc, err = self.w.wait()
@@ -190,7 +208,7 @@ class GroupProtocolTest(unittest.TestCase):
         """A frame check that fails on rank 0 only (stream mismatch, frame write, size change)
         comes after every collective of the job: its error is the job's, and both ranks serve the
         next job together."""
-        self.ready()
+        self.serving()
         job, _ = self.w.run(prompt="mismatch rank 0")
         ev = self.w.end()
         self.assertEqual((ev["event"], ev["id"], ev["code"]), ("error", job, "stream_mismatch"), ev)
@@ -202,7 +220,7 @@ class GroupProtocolTest(unittest.TestCase):
 
     def test_a_bad_run_is_refused_on_rank_0_alone(self):
         # Refused before it is shared: rank 1 never sees it, and the group serves on.
-        self.ready()
+        self.serving()
         self.w.send({"op": "run", "id": "bad", "settings": SETTINGS})
         ev = self.w.end()
         self.assertEqual((ev["event"], ev["id"], ev["code"]), ("error", "bad", "invalid_request"), ev)

@@ -150,7 +150,13 @@ class EngineTest(unittest.TestCase):
         """The real thing on the CPU: a diffusers model's repeated block compiled as
         apply_engine compiles it, then called at two sequence lengths (a static compile, then
         dynamo's dynamic recompile, as Qwen's prompt and negative prompt make). Inductor's
-        deterministic mode is on in both; set globally instead, it was off in the second."""
+        deterministic mode is on in both; set globally instead, it was off in the second.
+        The flag is read where inductor generates the block's code (GraphLowering.codegen),
+        and each compile is stopped there: what the generated C++ would compute is not the
+        question, and g++ (most of the test's time) never runs."""
+        import unittest.mock
+
+        import sympy
         import torch
         import torch._inductor.config as inductor
         import torch._inductor.graph as graph
@@ -179,24 +185,38 @@ class EngineTest(unittest.TestCase):
         class Pipe:
             transformer = Tiny()
 
+        class CodegenReached(Exception):
+            pass
+
         seen, codegen = [], graph.GraphLowering.codegen
 
         def recording(self, *a, **kw):
-            seen.append(inductor.deterministic)
-            return codegen(self, *a, **kw)
+            dynamic = any(not isinstance(s, (int, sympy.Integer))
+                          for v in self.graph_inputs.values() if hasattr(v, "get_size") for s in v.get_size())
+            seen.append((inductor.deterministic, "dynamic" if dynamic else "static"))
+            raise CodegenReached()
 
         torch._dynamo.reset()
         graph.GraphLowering.codegen = recording
         try:
             pw.TorchBackend().apply_engine(Pipe, "regional-compile")
-            # Compiled, not loaded from inductor's on-disk cache, so that codegen runs.
-            with torch.inference_mode(), inductor.patch(force_disable_caches=True):
+            # Compiled, not loaded from inductor's on-disk cache, so that codegen runs; the
+            # fresh cache directory it then makes (and keeps, on error) is a temporary one.
+            with tempfile.TemporaryDirectory() as cache, unittest.mock.patch.dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache), \
+                    torch.inference_mode(), inductor.patch(force_disable_caches=True):
                 for n in (5, 7):
-                    Pipe.transformer(torch.randn(1, n, 8))
+                    with self.assertRaises(Exception) as stopped:
+                        Pipe.transformer(torch.randn(1, n, 8))
+                    chain, e = [], stopped.exception
+                    while e is not None:
+                        chain.append(e)
+                        e = e.__cause__ or e.__context__
+                    self.assertTrue(any(isinstance(e, CodegenReached) for e in chain),
+                                    "the compile at %d stopped at codegen, not on an error of its own: %r" % (n, chain))
         finally:
             graph.GraphLowering.codegen = codegen
             torch._dynamo.reset()
-        self.assertEqual(seen, [True, True], "inductor's deterministic flag at each compile of the block")
+        self.assertEqual(seen, [(True, "static"), (True, "dynamic")], "inductor's deterministic flag at each compile of the block")
 
     @testing.needs("torch")
     def test_regional_compile_graphs_graphs_the_transformer_inside_a_layout(self):

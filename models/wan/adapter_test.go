@@ -2,8 +2,10 @@ package wan
 
 import (
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -18,9 +20,48 @@ import (
 
 // TestAdapterPythonUnitTests runs test_adapter under the CPU torch virtualenv (make torch), so
 // the tiny real pipelines run too: the protocol over a real WanPipeline, and frames streamed
-// while the VAE decodes, for Wan2.1's VAE and Wan2.2's patched one.
+// while the VAE decodes, for Wan2.1's VAE and Wan2.2's patched one, over the tiny bundles
+// built once for the package (tinyBundles), named in MEDIAQUAL_WAN_TINY, which they only read.
 func TestAdapterPythonUnitTests(t *testing.T) {
-	pytest.UnitTestsWith(t, pytest.TorchPython(t), "test_adapter")
+	python := pytest.TorchPython(t)
+	pytest.UnitTestsWith(t, python, "test_adapter", "MEDIAQUAL_WAN_TINY="+tinyBundles(t, python))
+}
+
+// tiny is the bundles root of tinyBundles, built once for the package's tests and removed by
+// TestMain after them.
+var tiny struct {
+	once sync.Once
+	root string
+	err  error
+}
+
+// tinyBundles is a bundles root with Wan2.1's and Wan2.2's tiny L0 bundles
+// (test_adapter.build_tiny: build_l0.py --tiny --device cpu of each variant, in one process),
+// built on the first call; t fails if it changes while t runs, as the tests sharing it only
+// read it.
+func tinyBundles(t *testing.T, python string) string {
+	t.Helper()
+	tiny.once.Do(func() {
+		tiny.root, tiny.err = os.MkdirTemp("", "wan-tiny-")
+		if tiny.err != nil {
+			return
+		}
+		out, err := pytest.Command(python, "-c", "import sys, test_adapter; test_adapter.build_tiny(sys.argv[1])", tiny.root).CombinedOutput()
+		if err != nil {
+			tiny.err = fmt.Errorf("building the tiny bundles: %v: %s", err, out)
+		}
+	})
+	require.NoError(t, tiny.err)
+	pytest.UnchangedAfter(t, tiny.root)
+	return tiny.root
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if tiny.root != "" {
+		_ = os.RemoveAll(tiny.root)
+	}
+	os.Exit(code)
 }
 
 // pinned are the family's per-checkpoint facts the adapter depends on: the UniPC flow_shift

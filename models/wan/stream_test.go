@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -24,16 +23,13 @@ import (
 // output's own first bytes, and the whole clip is the one a run without a sink gives.
 func TestFramesStreamFromTheRealAdapter(t *testing.T) {
 	py := pytest.TorchPython(t)
-	dir := t.TempDir()
-	build := exec.Command(py, "build_l0.py", "--tiny", "--device", "cpu", "--out", dir)
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "%s", out)
+	bundles, dir := tinyBundles(t, py), t.TempDir()
 	logFile, err := os.Create(filepath.Join(dir, "worker.log"))
 	require.NoError(t, err)
 	t.Cleanup(func() { logFile.Close() })
 	logged := func() string { b, _ := os.ReadFile(logFile.Name()); return string(b) }
 	task := serverworker.New(serverworker.Config{
-		Argv: []string{py, "adapter.py", "--bundle", filepath.Join(dir, "Wan-AI", "Wan2.1-T2V-1.3B-Diffusers"),
+		Argv: []string{py, "adapter.py", "--bundle", filepath.Join(bundles, "Wan-AI", "Wan2.1-T2V-1.3B-Diffusers"),
 			"--flow-shift", "3.0", "--device", "cpu"},
 		Log: logFile, LoadTimeout: 2 * time.Minute, ScratchDir: filepath.Join(dir, "scratch"),
 	})

@@ -11,7 +11,8 @@ import sys
 import tempfile
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
 
 import adapter  # noqa: E402
 
@@ -430,6 +431,55 @@ class FusedKernelTest(unittest.TestCase):
         self.assertLess(res["rel_diff"], 0.02, "the same attention to bf16 rounding")
 
 
+# The tiny bundles (Wan2.1's and Wan2.2's, one bundles root) that TinyPipelineTest and
+# StreamCheckTest load, only ever read. adapter_test.go builds them once (build_tiny) for these
+# tests and stream_test.go's, and names the root in TINY_ENV; without that variable they are
+# built here, once for the process, into a temporary directory.
+TINY_ENV = "MEDIAQUAL_WAN_TINY"
+_tiny = {}
+
+
+def build_tiny(out):
+    """build_l0.py --tiny --device cpu of each variant into the bundles root out, in this
+    process (one import of torch for both)."""
+    for variant in sorted(build_l0.VARIANTS):
+        if build_l0.main(["--tiny", "--device", "cpu", "--out", out, "--variant", variant]) != 0:
+            raise RuntimeError("build_l0.py --tiny --variant %s failed" % variant)
+
+
+def tiny_bundle(variant):
+    """The tiny bundle of variant, in the shared root (built in a subprocess where TINY_ENV is
+    unset: this process imports no torch for it)."""
+    if "root" not in _tiny:
+        import subprocess
+
+        root = os.environ.get(TINY_ENV)
+        if not root:
+            root = tempfile.mkdtemp()
+            try:
+                subprocess.run([sys.executable, "-c", "import sys, test_adapter; test_adapter.build_tiny(sys.argv[1])", root],
+                               cwd=HERE, check=True, stdout=subprocess.DEVNULL)
+            except BaseException:
+                import shutil
+
+                shutil.rmtree(root, ignore_errors=True)
+                raise
+            _tiny["tmp"] = root
+        _tiny["root"] = root
+    bundle = os.path.join(_tiny["root"], build_l0.VARIANTS[variant]["bundle"])
+    if not os.path.isfile(os.path.join(bundle, "model_index.json")):
+        raise RuntimeError("%s=%s holds no tiny %s bundle built by build_tiny: unset it to build one here"
+                           % (TINY_ENV, _tiny["root"], variant))
+    return bundle
+
+
+def tearDownModule():
+    if "tmp" in _tiny:
+        import shutil
+
+        shutil.rmtree(_tiny["tmp"], ignore_errors=True)
+
+
 @testing.needs("torch", "diffusers", "transformers", "accelerate", "numpy")
 class TinyPipelineTest(testing.RealWorkerTestCase):
     """The real path end to end, on CPU: build_l0.py --tiny writes a bundle, adapter.py (a
@@ -439,14 +489,9 @@ class TinyPipelineTest(testing.RealWorkerTestCase):
 
     @classmethod
     def setUpClass(cls):
-        import subprocess
-
-        here = os.path.dirname(os.path.abspath(__file__))
-        cls.tmp = tempfile.mkdtemp()
-        subprocess.run([sys.executable, os.path.join(here, "build_l0.py"), "--tiny", "--device", "cpu", "--out", cls.tmp],
-                       check=True, stdout=subprocess.DEVNULL)
-        bundle = os.path.join(cls.tmp, build_l0.VARIANTS["wan2.1-t2v-1.3b"]["bundle"])
-        cls.start_worker([sys.executable, os.path.join(here, "adapter.py"), "--bundle", bundle, "--flow-shift", "3.0", "--device", "cpu"])
+        cls.tmp = tempfile.mkdtemp()  # this class's own files: outputs
+        bundle = tiny_bundle("wan2.1-t2v-1.3b")
+        cls.start_worker([sys.executable, os.path.join(HERE, "adapter.py"), "--bundle", bundle, "--flow-shift", "3.0", "--device", "cpu"])
         cls.ready = json.loads(cls.proc.stdout.readline() or "{}")  # before any test's job
 
     def job(self, job_id, **over):
@@ -497,15 +542,9 @@ class StreamCheckTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        import subprocess
-
-        here = os.path.dirname(os.path.abspath(__file__))
-        cls.tmp = tempfile.mkdtemp()
-        for variant in ("wan2.1-t2v-1.3b", "wan2.2-ti2v-5b"):
-            subprocess.run([sys.executable, os.path.join(here, "build_l0.py"), "--tiny", "--device", "cpu", "--out", cls.tmp,
-                            "--variant", variant], check=True, stdout=subprocess.DEVNULL)
-        cls.bundle = os.path.join(cls.tmp, build_l0.VARIANTS["wan2.1-t2v-1.3b"]["bundle"])
-        cls.bundle22 = os.path.join(cls.tmp, build_l0.VARIANTS["wan2.2-ti2v-5b"]["bundle"])
+        cls.tmp = tempfile.mkdtemp()  # this class's own files: outputs
+        cls.bundle = tiny_bundle("wan2.1-t2v-1.3b")
+        cls.bundle22 = tiny_bundle("wan2.2-ti2v-5b")
 
     @classmethod
     def tearDownClass(cls):

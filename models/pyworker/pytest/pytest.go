@@ -91,9 +91,11 @@ func pyEnv() []string {
 // subtest, "not run", after checking the modules really are missing; any other skip fails.
 func UnitTests(t *testing.T, module string) { UnitTestsWith(t, Python(t), module) }
 
-// UnitTestsWith is UnitTests under another python (a virtualenv's).
-func UnitTestsWith(t *testing.T, python, module string) {
-	reportSkips(t, python, runUnitTests(t, python, ".", module, nil))
+// UnitTestsWith is UnitTests under another python (a virtualenv's), with env ("NAME=value"
+// entries) added to its environment: what the caller made for the tests, such as a bundle
+// they only read (UnchangedAfter checks that).
+func UnitTestsWith(t *testing.T, python, module string, env ...string) {
+	reportSkips(t, python, runUnitTests(t, python, ".", module, env))
 }
 
 // UnitTestClassesWith is UnitTestsWith with each TestCase class of the module in a python
