@@ -113,21 +113,19 @@ func readPAM(rd *bufio.Reader) (*image.RGBA, error) {
 			return nil, fmt.Errorf("PAM header line %d: %w", line, err)
 		}
 		text := string(b[:len(b)-1])
-		switch {
-		case line == 0:
-			if text != "P7" {
-				return nil, fmt.Errorf("not a PAM image: starts %q", text)
-			}
-			continue
-		case text == "ENDHDR":
-		case line > 6:
+		if line == 0 && text != "P7" {
+			return nil, fmt.Errorf("not a PAM image: starts %q", text)
+		}
+		if text == "ENDHDR" {
+			break
+		}
+		if line > 5 {
 			return nil, fmt.Errorf("PAM header longer than ffmpeg writes")
-		default:
+		}
+		if line > 0 {
 			key, value, _ := strings.Cut(text, " ")
 			fields[key] = value
-			continue
 		}
-		break
 	}
 	w, errW := strconv.Atoi(fields["WIDTH"])
 	h, errH := strconv.Atoi(fields["HEIGHT"])
