@@ -56,6 +56,7 @@ func TestParityIsReadFromTheFigures(t *testing.T) {
 			p := passing()
 			c.change(p)
 			err := checkParity(p, "regional-compile-fused", "ulysses-2")
+			require.Error(t, err)
 			checktest.Failed(t, err, "parity")
 			assert.Contains(t, err.Error(), c.want)
 			assert.Contains(t, err.Error(), "engine regional-compile-fused, layout ulysses-2")
@@ -65,6 +66,7 @@ func TestParityIsReadFromTheFigures(t *testing.T) {
 
 	err := launchFailure(errors.New("server exited before ready: exit 1\nqwenimage-adapter: fatal: parity: engine regional-compile-fused, layout single (fault rope-shifted) differs from eager on one device: its cond prediction ..."))
 	checktest.Failed(t, err, "parity")
+	assert.Equal(t, []string{"parity"}, check.Names(err), "parity alone, not launch as well")
 	assert.Contains(t, err.Error(), "fault rope-shifted")
 	assert.Equal(t, []string{"launch"}, check.Names(launchFailure(errors.New("server not ready after 5m0s"))))
 }
