@@ -8,3 +8,6 @@ func SetUploadGrace(d time.Duration) (restore func()) {
 	uploadGrace = d
 	return func() { uploadGrace = old }
 }
+
+// ExcerptBytes is how much of a client's input a message quotes.
+const ExcerptBytes = excerptBytes

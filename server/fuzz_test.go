@@ -297,15 +297,15 @@ func FuzzResolve(f *testing.F) {
 	})
 }
 
-// namesSentField: param is the name of a field that was sent, or, for a name past the 64 bytes
-// a refusal quotes, its start followed by "…(N bytes)" with N its length.
+// namesSentField: param is the name of a field that was sent, or, for a name past the bytes a
+// refusal quotes (server.ExcerptBytes), its start followed by "…(N bytes)" with N its length.
 func namesSentField(param string, fields map[string]string) bool {
 	if _, ok := fields[param]; ok {
 		return true
 	}
 	start, rest, cut := strings.Cut(param, "…(")
 	for name := range fields {
-		if cut && len(name) > 64 && strings.HasPrefix(name, start) && rest == fmt.Sprintf("%d bytes)", len(name)) {
+		if cut && len(name) > server.ExcerptBytes && strings.HasPrefix(name, start) && rest == fmt.Sprintf("%d bytes)", len(name)) {
 			return true
 		}
 	}
