@@ -66,9 +66,18 @@ var Registry = []Info{
 	{"task-time-agrees", []string{"timing"}},
 	{"timing-parts", []string{"timing"}},
 	{"timing-overhead", []string{"timing"}},
+	{"concurrency", []string{"concurrency"}},
 	{"delete", []string{"cleanup"}},
 	{"no-leftover-files", []string{"cleanup"}},
 	{"clean-exit", []string{"cleanup"}},
+	// The job API's model (harness/jobmodel.Rules), held to the row's history.
+	{"job-identity", []string{"history"}},
+	{"job-status", []string{"history"}},
+	{"job-timestamps", []string{"history"}},
+	{"job-content", []string{"history"}},
+	{"job-deleted", []string{"history"}},
+	{"job-orphans", []string{"history"}},
+	{"job-fields", []string{"history"}},
 	{"deadline", []string{""}},
 }
 

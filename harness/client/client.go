@@ -253,6 +253,43 @@ func (c *Client) ListVideos(ctx context.Context, limit int) ([]Video, error) {
 	return page.Data, r.decode(&page, nil)
 }
 
+// ListAllVideos asks GET on the create route for every job, page by page (the contract's
+// limit, after and has_more), and returns them in the server's order.
+func (c *Client) ListAllVideos(ctx context.Context) ([]Video, error) {
+	_, route := c.route(func(p wire.Profile) string { return p.CreateVideo }, "")
+	var all []Video
+	after := ""
+	for range maxPages {
+		q := url.Values{"limit": {strconv.Itoa(pageSize)}}
+		if after != "" {
+			q.Set("after", after)
+		}
+		r, err := c.do(ctx, http.MethodGet, route+"?"+q.Encode(), nil, "", "")
+		if err != nil {
+			return all, err
+		}
+		var page api.VideoList
+		if err := r.decode(&page, nil); err != nil {
+			return all, err
+		}
+		all = append(all, page.Data...)
+		if !page.HasMore {
+			return all, nil
+		}
+		if page.LastID == "" || page.LastID == after {
+			return all, r.errorf("has_more with no new last_id to page after (%q)", page.LastID)
+		}
+		after = page.LastID
+	}
+	return all, fmt.Errorf("GET %s: more than %d pages of %d jobs", route, maxPages, pageSize)
+}
+
+// pageSize is the contract's largest list page; maxPages bounds a list that never ends.
+const (
+	pageSize = 100
+	maxPages = 1000
+)
+
 // WaitVideo polls GET /v1/videos/{id} every PollEvery (the first poll at once) until the job is
 // completed or failed, and returns the last video object. A failed job is not an error: check
 // Video.Status and Video.Error. A non-2xx poll, an unknown status and ctx ending are errors;

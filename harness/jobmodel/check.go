@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/mediaqual/mediaqual/harness/api"
@@ -20,6 +21,7 @@ type Options struct {
 	// lists is one the suite or AIPerf made. On a shared endpoint a listed job is the suite's
 	// only when it carries one of the prompts the suite sent.
 	Exclusive bool
+	Videos    bool // the row makes video jobs: every rule applies, not only those for edits
 }
 
 // Result is a history held to the model.
@@ -37,6 +39,9 @@ func Check(ops []Op, opt Options) Result {
 	v := newView(ops, opt)
 	var r Result
 	for _, rule := range Rules {
+		if !opt.Videos && !rule.Edits {
+			continue
+		}
 		viol, why := rule.hold(v)
 		switch {
 		case viol != nil:
@@ -352,8 +357,8 @@ func (v *view) snapshots() (snaps []snapshot, why string) {
 			cur = nil
 			continue
 		}
-		if cur == nil {
-			cur = &snapshot{jobs: map[string]Object{}}
+		if cur == nil || !strings.Contains(o.Path, "after=") {
+			cur = &snapshot{jobs: map[string]Object{}} // a first page: a listing left unfinished is none
 		}
 		cur.pages = append(cur.pages, o)
 		for _, l := range o.Listed {

@@ -127,6 +127,13 @@ func (h *History) Add(o Op) int {
 	return o.N
 }
 
+// AddAnswer appends an exchange recorded elsewhere (AIPerf's records), its answer read from
+// body as the model reads the suite's own.
+func (h *History) AddAnswer(o Op, body []byte) int {
+	answer(&o, h.Profile, body)
+	return h.Add(o)
+}
+
 func (h *History) set(n int, o Op) {
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -31,6 +31,7 @@ type Rule struct {
 	Says  string
 	For   string
 	Fault string
+	Edits bool // the rule holds image edits too, not only video jobs
 	hold  func(*view) (*Violation, string)
 }
 
@@ -43,6 +44,7 @@ var Rules = []Rule{
 		Says:  "every job object answered for id X has id X and names the model its create asked; each create is answered with a job of its own",
 		For:   "a poll answered with another job's object (a cache keyed wrongly, a gateway mixing up jobs)",
 		Fault: "poll-other-job",
+		Edits: true,
 		hold:  holdIdentity,
 	},
 	{

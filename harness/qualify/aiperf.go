@@ -121,6 +121,7 @@ func (c *caseRun) aiperf(s *serving) (aiperfRun, string, error) {
 	for _, raw := range x.Raw {
 		c.createdJobs(raw.JobID()) // before any check can fail: cleanup deletes them whatever happens
 	}
+	c.recordAIPerf(x)
 	if err := check.AIPerfExports(err, execErr); err != nil {
 		return run, "", err
 	}

@@ -1,10 +1,13 @@
 package qualify
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"slices"
+	"time"
 
 	"github.com/mediaqual/mediaqual/harness/check"
 	"github.com/mediaqual/mediaqual/harness/client"
@@ -20,32 +23,41 @@ func (c *caseRun) cleanup(s *serving, a artifactSet) (string, error) {
 	if s == nil {
 		return "", errors.New("no server: the serve stage failed")
 	}
-	ids := c.jobs
-	if c.Entry.Workload == spec.TextToVideo && !s.External {
-		// Every job on a launched mediaserve is the suite's, the ones no stage got to name
-		// (AIPerf aborted before its exports, for one) too.
-		listed, err := s.API.ListVideos(c.ctx, 100)
-		if err != nil {
-			return "", check.Fail("delete", "listing the server's jobs to delete them: %w", err)
-		}
-		for _, v := range listed {
-			ids = addJob(ids, v.ID)
+	var failed []error // every job is deleted; each failure is listed
+	del := func(ids []string) {
+		for _, id := range ids {
+			if err := c.deleteVideo(s, id); err != nil {
+				failed = append(failed, check.Fail("delete", "%w", err))
+				continue
+			}
+			_, err := s.API.GetVideo(c.ctx, id)
+			if err := check.GoneAfterDelete("job "+id, err); err != nil {
+				failed = append(failed, err)
+			}
+			_, _, err = s.API.Content(c.ctx, id)
+			if err := check.GoneAfterDelete("the content of "+id, err); err != nil {
+				failed = append(failed, err)
+			}
 		}
 	}
-	var failed []error // every job is deleted; each failure is listed
-	for _, id := range ids {
-		if err := c.deleteVideo(s, id); err != nil {
-			failed = append(failed, check.Fail("delete", "%w", err))
-			continue
+	ids := c.jobs
+	del(ids)
+	if c.Entry.Workload == spec.TextToVideo {
+		// The list after the suite's deletes is the model's "after" (job-orphans). On a launched
+		// mediaserve every job is the suite's to delete, those no stage got to name (AIPerf
+		// aborted before its exports, for one) and any orphan too; the history names an orphan.
+		listed, err := s.API.ListAllVideos(c.ctx)
+		if err != nil && !s.External {
+			return "", check.Fail("delete", "listing the server's jobs to delete them: %w", err)
 		}
-		_, err := s.API.GetVideo(c.ctx, id)
-		if err := check.GoneAfterDelete("job "+id, err); err != nil {
-			failed = append(failed, err)
+		var more []string
+		for _, v := range listed {
+			if !s.External && !slices.Contains(ids, v.ID) {
+				more = append(more, v.ID)
+			}
 		}
-		_, _, err = s.API.Content(c.ctx, id)
-		if err := check.GoneAfterDelete("the content of "+id, err); err != nil {
-			failed = append(failed, err)
-		}
+		del(more)
+		ids = append(ids, more...)
 	}
 	if len(failed) > 0 {
 		return "", errors.Join(failed...)
@@ -96,19 +108,37 @@ func listDir(dir string) ([]string, error) {
 }
 
 // deleteVideo deletes a job. An endpoint's answer is kept for the contract's assessment, so
-// a delete answered in another shape is a finding, not a failure.
+// a delete answered in another shape is a finding, not a failure. A 409 is a cancellation still
+// in progress (vLLM-Omni 0.30+ answers so): the delete is asked again until it is answered or
+// a request's deadline has passed.
 func (c *caseRun) deleteVideo(s *serving, id string) error {
+	ctx, cancel := context.WithTimeout(c.ctx, c.requestDeadline())
+	defer cancel()
+	for {
+		err := c.deleteOnce(ctx, s, id)
+		if statusOf(err) != http.StatusConflict {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (asked again until %v passed)", err, c.requestDeadline())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+func (c *caseRun) deleteOnce(ctx context.Context, s *serving, id string) error {
 	if !s.External {
-		return s.API.DeleteVideo(c.ctx, id)
+		return s.API.DeleteVideo(ctx, id)
 	}
 	method, path := s.Profile.Path(s.Profile.DeleteVideo, id)
-	step, err := s.exchange(c.ctx, "delete", method, path, nil)
+	step, err := s.exchange(ctx, "delete", method, path, nil)
 	if err != nil {
 		return err
 	}
 	c.steps = append(c.steps, step)
 	if st := step.Response.Status; st < 200 || st > 299 {
-		return fmt.Errorf("%s %s answered HTTP %d", method, path, st)
+		return &client.APIError{Method: method, Route: path, Status: st, RawBody: step.Response.Body}
 	}
 	return nil
 }

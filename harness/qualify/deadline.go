@@ -64,8 +64,10 @@ func CaseDeadline(e spec.Entry, cfg Config, inputs int) (time.Duration, string) 
 	}
 	req, _ := RequestDeadline(e, cfg)
 	warmup, measured := cfg.plan(inputs)
-	// + the shape probe at two seeds and two influence probes; the refusals run no Task.
-	requests := time.Duration(inputs + warmup + measured + 4)
+	// + the shape probe at two seeds, two influence probes and the concurrency probe's
+	// requests, each waiting for the others on a server that runs one at a time; the refusals
+	// run no Task.
+	requests := time.Duration(inputs + warmup + measured + 4 + ConcurrencyN(e, cfg, 0))
 	return 2*(load+time.Minute) + requests*req + caseMargin, fmt.Sprintf("two loads, %d requests at the request deadline and %s; %s overrides", requests, caseMargin, EnvCaseTimeout)
 }
 
@@ -78,9 +80,9 @@ func (c *caseRun) requestDeadline() time.Duration {
 var errCaseDeadline = errors.New("the case deadline passed")
 
 // httpClient is the client for every exchange with the server under test: none without a
-// timeout.
+// timeout, and each recorded in the row's history.
 func (c *caseRun) httpClient() *http.Client {
-	return &http.Client{Timeout: c.requestDeadline()}
+	return &http.Client{Timeout: c.requestDeadline(), Transport: c.history.Transport(nil)}
 }
 
 // deadline names a stage's error check "deadline" when it is a request's or the case's

@@ -1,6 +1,7 @@
 package qualify
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"image"
@@ -53,11 +54,16 @@ func (c *caseRun) influence(s *serving) (string, error) {
 // edit is the suite's own image edit (for the influence probe, not load): one request through
 // the client, its PNG checked against the declared digest (when declared) and kept.
 func (c *caseRun) edit(s *serving, it workItem, requestID string) ([]byte, error) {
+	return c.editWithin(c.ctx, s, it, requestID)
+}
+
+// editWithin is edit within ctx.
+func (c *caseRun) editWithin(ctx context.Context, s *serving, it workItem, requestID string) ([]byte, error) {
 	fields := map[string]string{"model": c.Entry.ID}
 	for k, v := range it.fields {
 		fields[k] = v
 	}
-	r, err := s.API.Edit(c.ctx, fields, it.ref, "reference.png", requestID)
+	r, err := s.API.Edit(ctx, fields, it.ref, "reference.png", requestID)
 	if err != nil {
 		return nil, err
 	}

@@ -38,10 +38,12 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/mediaqual/mediaqual/harness/check"
+	"github.com/mediaqual/mediaqual/harness/jobmodel"
 	"github.com/mediaqual/mediaqual/harness/wire"
 	"github.com/mediaqual/mediaqual/internal/procgroup"
 	"github.com/mediaqual/mediaqual/models/spec"
@@ -62,12 +64,14 @@ type caseRun struct {
 	run       context.Context // the run's (RunContext): done when the run is interrupted
 	inputs    []workItem      // the pinned inputs, built once (items)
 	inputsErr error
-	steps     []wire.Step    // an endpoint's answers, assessed against the contract at the end
-	findings  []wire.Finding // departures seen outside those steps
-	pollHold  time.Duration  // a launched mediaserve's -poll-hold
-	own       []string       // X-Request-IDs of the suite's own requests before AIPerf's (the shape probe)
-	jobs      []string       // video jobs created for the suite's requests: cleanup deletes each (createdJobs)
-	unechoed  []string       // AIPerf requests whose job's poll the endpoint answered without echoing X-Request-ID
+	steps     []wire.Step       // an endpoint's answers, assessed against the contract at the end
+	findings  []wire.Finding    // departures seen outside those steps
+	pollHold  time.Duration     // a launched mediaserve's -poll-hold
+	own       []string          // X-Request-IDs of the suite's own requests before AIPerf's (the shape probe)
+	jobs      []string          // video jobs created for the suite's requests: cleanup deletes each (createdJobs)
+	unechoed  []string          // AIPerf requests whose job's poll the endpoint answered without echoing X-Request-ID
+	history   *jobmodel.History // every exchange with the server, held to the job API's model at the end
+	mu        sync.Mutex        // jobs, when the concurrency probe's requests add to it
 }
 
 // notCompared is a stage that could not establish anything: it is reported as not run (never
@@ -94,7 +98,7 @@ func RunContext(ctx context.Context, t *testing.T, entry spec.Entry, cfg Config)
 		cfg.Target.Profile = wire.Mediaserve
 	}
 	row = NewRow(entry)
-	c := &caseRun{T: t, Entry: entry, Config: cfg, Row: &row, run: ctx}
+	c := &caseRun{T: t, Entry: entry, Config: cfg, Row: &row, run: ctx, history: jobmodel.NewHistory(cfg.Target.Profile)}
 	items, _ := c.items() // an error is the stages' to report
 	d, _ := CaseDeadline(entry, cfg, len(items))
 	ctx, cancel := context.WithTimeoutCause(ctx, d, errCaseDeadline)
@@ -159,8 +163,10 @@ func (c *caseRun) runStages() {
 			fn = func() (s string, err error) { served, s, err = c.serve(); return }
 		case StageAIPerf:
 			fn = func() (s string, err error) {
-				// The shape probe first; its failure does not keep AIPerf from running, so
-				// that a server failing every job is still held to AIPerf's accounting.
+				// The jobs listed before the suite creates any (the model's listing rule), then the
+				// shape probe; its failure does not keep AIPerf from running, so that a server
+				// failing every job is still held to AIPerf's accounting.
+				c.listJobs(served)
 				probe, perr := c.shapeProbe(served)
 				run, s, err = c.aiperf(served)
 				return s + probe, errors.Join(perr, err)
@@ -173,8 +179,12 @@ func (c *caseRun) runStages() {
 			fn = func() (string, error) { return c.influence(served) }
 		case StageTiming:
 			fn = func() (string, error) { return c.timing(arts) }
+		case StageConcurrency:
+			fn = func() (string, error) { return c.concurrency(served, arts) }
 		case StageCleanup:
 			fn = func() (string, error) { return c.cleanup(served, arts) }
+		case StageHistory:
+			fn = func() (string, error) { return c.holdHistory(served) }
 		}
 		if !c.stage(name, fn) && (name == StageInventory || name == StageServe) {
 			return

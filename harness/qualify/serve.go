@@ -40,6 +40,7 @@ type serving struct {
 	srv         *launch.Server
 	artifactDir string // a launched mediaserve's; "" for an endpoint
 	ledgerPath  string // a launched mediaserve's; "" for an endpoint
+	lanes       int    // the Tasks the server declares it runs at once; 0 where it does not say
 }
 
 // serve is the stage "serve": mediaserve launched for this row and ready (load is not timed),
@@ -85,7 +86,7 @@ func (c *caseRun) serve() (*serving, string, error) {
 			if !s.External {
 				c.Row.Mode = "mediaserve launched by the suite, " + m.Runtime + " Task runtime"
 			}
-			c.Row.Layout = layout(m)
+			c.Row.Layout, s.lanes = layout(m), m.Lanes
 			if m.Parity != nil {
 				p := spec.Parity(*m.Parity)
 				c.Row.Parity = &p

@@ -19,7 +19,9 @@ const (
 	StageIdentity    = stages.Identity    // "identity"
 	StageInfluence   = stages.Influence   // "influence"
 	StageTiming      = stages.Timing      // "timing"
+	StageConcurrency = stages.Concurrency // "concurrency"
 	StageCleanup     = stages.Cleanup     // "cleanup"
+	StageHistory     = stages.History     // "history"
 )
 
 // Stages lists the stages Run runs for e, in order: an excluded row's inventory alone, and

@@ -16,7 +16,9 @@ const (
 	Identity    = "identity"
 	Influence   = "influence"
 	Timing      = "timing"
+	Concurrency = "concurrency"
 	Cleanup     = "cleanup"
+	History     = "history"
 )
 
 // For lists the stages a row's case runs, in order.
@@ -28,5 +30,5 @@ func For(e spec.Entry) []string {
 	if e.Workload == spec.ImageEdit {
 		s = append(s, Influence)
 	}
-	return append(s, Timing, Cleanup)
+	return append(s, Timing, Concurrency, Cleanup, History)
 }

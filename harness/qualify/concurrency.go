@@ -1,0 +1,171 @@
+package qualify
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/mediaqual/mediaqual/harness/check"
+	"github.com/mediaqual/mediaqual/harness/wire"
+	"github.com/mediaqual/mediaqual/models/spec"
+)
+
+// ConcurrencyN is how many jobs the concurrency probe has in flight at once: 2, or
+// MEDIAQUAL_CONCURRENCY or the server's declared lanes when higher.
+func ConcurrencyN(e spec.Entry, cfg Config, lanes int) int {
+	return max(2, cfg.Concurrency, lanes)
+}
+
+// concurrency is the stage "concurrency": after the measured run, N of the pinned requests at
+// once, each doing what a client does (a video's content asked at once, before it can be
+// complete; polls to its end and once after; its content fetched twice). Every job must be
+// answered within its deadline, none lost, and each output must be the same input's output in
+// the AIPerf run (bytes, or decoded frames where another encoding holds the same frames). The
+// throughput at N is reported against the run's; a server that runs one job at a time though
+// it does not say it has one lane is a finding, not a failure.
+func (c *caseRun) concurrency(s *serving, a artifactSet) (string, error) {
+	if s == nil {
+		return "", errors.New("no server: the serve stage failed")
+	}
+	if len(a.Served) == 0 || a.Served[0].Path == "" {
+		return "", errors.New("no served artifacts to compare with: the artifacts stage failed")
+	}
+	items, err := c.items()
+	if err != nil {
+		return "", err
+	}
+	run := map[string]artifact{}
+	for _, r := range a.Served {
+		if _, ok := run[r.item.key]; !ok {
+			run[r.item.key] = r
+		}
+	}
+	n := ConcurrencyN(c.Entry, c.Config, s.lanes)
+	// Each waits for the others on a server that runs one at a time.
+	ctx, cancel := context.WithTimeout(c.ctx, time.Duration(n)*c.requestDeadline())
+	defer cancel()
+	outs := make([][]byte, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range n {
+		it := items[i%len(items)]
+		id := fmt.Sprintf("%s-concurrent-%d", casePrefix(c.Entry.ID), i)
+		wg.Go(func() {
+			if c.Entry.Workload == spec.TextToVideo {
+				outs[i], errs[i] = c.concurrentClip(ctx, s, it, id)
+			} else {
+				outs[i], errs[i] = c.editWithin(ctx, s, it, id)
+			}
+		})
+	}
+	wg.Wait()
+	wall := time.Since(start)
+	var failed []error
+	for i, err := range errs {
+		if err != nil {
+			// %v, not %w: a deadline here is this check's finding, not the generic deadline's.
+			failed = append(failed, check.Fail("concurrency", "request %d of %d at once (%s): %v", i+1, n, items[i%len(items)].key, err))
+		}
+	}
+	if len(failed) > 0 {
+		return "", errors.Join(failed...)
+	}
+	for i, out := range outs {
+		key := items[i%len(items)].key
+		ran, ok := run[key]
+		if !ok {
+			return "", fmt.Errorf("the run has no artifact for %s to compare with", key)
+		}
+		if err := c.sameOutput(ran, out, i); err != nil {
+			return "", check.Fail("concurrency", "request %d of %d at once (%s) is not the run's output for the same input (request %s): %v", i+1, n, key, ran.RequestID, err)
+		}
+	}
+	perS := float64(n) / wall.Seconds()
+	msg := fmt.Sprintf("%d requests at once, each answered and each the run's output for its input; %.3f items/s at %d against %.3f at %d in the run",
+		n, perS, n, c.Row.Timing.ItemsPerSecond, c.Config.Concurrency)
+	c.T.Attr("concurrent_items_per_s", fmt.Sprintf("%.3f", perS))
+	if speedup := perS / c.Row.Timing.ItemsPerSecond; c.Row.Timing.ItemsPerSecond > 0 {
+		msg += fmt.Sprintf(" (%.2fx)", speedup)
+		if speedup < 1.1 && s.lanes != 1 {
+			c.findings = append(c.findings, wire.Finding{Name: "serialised", Detail: fmt.Sprintf("%d requests at once gave %.2fx the throughput of one at a time, and the server does not say it runs one Task at a time", n, speedup)})
+		}
+	}
+	if s.lanes == 1 {
+		msg += "; the server declares 1 lane"
+	}
+	return msg, nil
+}
+
+// concurrentClip is one video job of the concurrency probe, as a client drives it: created,
+// its content asked at once (a 4xx before completion; the history holds the answer), polled to
+// its end and once after, and its content fetched twice (the bytes must repeat).
+func (c *caseRun) concurrentClip(ctx context.Context, s *serving, it workItem, id string) ([]byte, error) {
+	fields := map[string]string{"model": c.Entry.ID}
+	for k, v := range it.fields {
+		fields[k] = v
+	}
+	v, err := s.API.CreateVideo(ctx, fields, id)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.createdJobs(v.ID)
+	c.mu.Unlock()
+	_, _, _ = s.API.Content(ctx, v.ID)
+	done, polls, err := s.API.WaitVideo(ctx, v.ID)
+	if err != nil {
+		return nil, fmt.Errorf("job %s: %w", v.ID, err)
+	}
+	if done.Status != "completed" {
+		return nil, fmt.Errorf("job %s ended %s after %d polls: %v", v.ID, done.Status, polls.N, done.Error)
+	}
+	if _, err := s.API.GetVideo(ctx, v.ID); err != nil {
+		return nil, fmt.Errorf("job %s polled after it completed: %w", v.ID, err)
+	}
+	var mp4 [2][]byte
+	for i := range mp4 {
+		if mp4[i], _, err = s.API.Content(ctx, v.ID); err != nil {
+			return nil, fmt.Errorf("job %s's content, fetch %d: %w", v.ID, i+1, err)
+		}
+	}
+	if !bytes.Equal(mp4[0], mp4[1]) {
+		return nil, fmt.Errorf("job %s's content answered other bytes when fetched again", v.ID)
+	}
+	path := filepath.Join(c.Dir, "concurrent", id+extension(c.Entry.Workload))
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
+	return mp4[0], os.WriteFile(path, mp4[0], 0o644)
+}
+
+// sameOutput holds a probe output to the run's artifact for the same input: the same bytes,
+// or the same decoded frames (an encoder that does not repeat its bytes).
+func (c *caseRun) sameOutput(ran artifact, out []byte, i int) error {
+	if digest(out) == ran.SHA256 {
+		return nil
+	}
+	path := filepath.Join(c.Dir, "concurrent", fmt.Sprintf("compare-%d%s", i, extension(c.Entry.Workload)))
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, out, 0o644); err != nil {
+		return err
+	}
+	got, err := c.frameDigests(path, nil)
+	if err != nil {
+		return fmt.Errorf("other bytes, and they do not decode: %w", err)
+	}
+	want := ran.Decoded
+	if want == nil {
+		if want, err = c.frameDigests(ran.Path, nil); err != nil {
+			return err
+		}
+	}
+	return check.FrameIdentity(got, want)
+}
