@@ -77,6 +77,20 @@ var faultCases = []struct {
 	{"inference-ms", "ref-t2v", "task-wall"},
 	{"inference-halved", "ref-edit", "task-time-agrees"},
 	{"task-is-total", "ref-t2v", "timing-parts"},
+	// The job API's model, held to the row's history (harness/jobmodel.Rules): one fault a rule.
+	// AIPerf's last poll of each job is in its records: the first answer with another job's id.
+	{"poll-other-job", "ref-t2v", "job-identity"},
+	// The concurrency probe polls each job once after it completed.
+	{"status-regresses", "ref-t2v", "job-status"},
+	{"completed-at-ms", "ref-t2v", "job-timestamps"},
+	// The concurrency probe asks each job's content at once: the second job is still queued.
+	{"content-early", "ref-t2v", "job-content"},
+	{"delete-still-listed", "ref-t2v", "job-deleted"},
+	{"double-create", "ref-t2v", "job-orphans"},
+	// The shape probe asks another frame count; the pinned clip is at 16 fps.
+	{"seconds-wrong", "ref-t2v", "job-fields"},
+	// Only the concurrency probe has two jobs in flight at once.
+	{"second-job-lost", "ref-edit", "concurrency"},
 }
 
 // TestEveryFaultHasACase: a fault mediaserve offers without a self-test case proves nothing,

@@ -53,6 +53,14 @@ var Faults = map[string]string{
 	"clamps-steps":        "a num_inference_steps above the model's range runs at its maximum instead of being refused",
 	"actual-differs":      "the Task runs half the asked num_inference_steps and the server says so in actual (its own actual guard bypassed)",
 	"actual-unasked":      "edits report a num_frames and fps in actual, settings an edit is never asked",
+	"poll-other-job":      "once a job has completed, its polls are answered with the object of the newest other job (a cache keyed by the wrong id)",
+	"status-regresses":    "the second poll of a completed job answers in_progress (a status read from a stale replica)",
+	"completed-at-ms":     "completed_at is written in milliseconds where the contract has seconds",
+	"content-early":       "the content of an unfinished job is served (200) from whatever of its file exists yet",
+	"delete-still-listed": "a deleted job stays in the list (the list's index is not updated by a delete)",
+	"double-create":       "every video create runs twice: the second job is an orphan nobody is told of",
+	"seconds-wrong":       "the video object's seconds is num_frames at 24 fps, whatever fps was asked",
+	"second-job-lost":     "a job that arrives while another of its model is unfinished is accepted but never run, until deleted or its client leaves",
 	"history-bytes":       "once a job of a second shape (size, frame count or reference size) was served, every later output has one pixel changed (a runtime whose bytes depend on what it served before)",
 }
 
@@ -75,6 +83,8 @@ type fault struct {
 	downloaded sync.Map // job id -> struct{}: for refetch-fails
 	shapes     sync.Map // output and reference sizes served: for history-bytes
 	kept       sync.Map // job id -> artifact path: for content-undeleted
+	regressed  sync.Map // job id -> polls of it completed: for status-regresses
+	listed     sync.Map // job id -> *job deleted: for delete-still-listed
 }
 
 func newFault(name string) (*fault, error) {
@@ -366,4 +376,85 @@ func (f *fault) exitStatus() error {
 		return fmt.Errorf("fault exit-nonzero: %s", Faults["exit-nonzero"])
 	}
 	return nil
+}
+
+// object tampers with a video object as every route answers it (s.mu held).
+func (f *fault) object(j *job, o map[string]any) {
+	switch {
+	case f.is("completed-at-ms") && !j.completed.IsZero():
+		o["completed_at"] = j.completed.UnixMilli()
+	case f.is("seconds-wrong"):
+		o["seconds"] = strconv.FormatFloat(float64(j.req.Settings.NumFrames)/24, 'f', -1, 64)
+	}
+}
+
+// poll tampers with a poll's answer for job j (s.mu held).
+func (f *fault) poll(s *Server, j *job, o map[string]any) map[string]any {
+	switch {
+	case f.is("poll-other-job") && j.status == "completed":
+		var other *job
+		for _, k := range s.jobs {
+			if k != j && k.kind == j.kind && (other == nil || k.created.After(other.created)) {
+				other = k
+			}
+		}
+		if other != nil {
+			return s.videoObject(other)
+		}
+	case f.is("status-regresses") && j.status == "completed":
+		n, _ := f.regressed.LoadOrStore(j.id, new(atomic.Int64))
+		if n.(*atomic.Int64).Add(1) == 2 {
+			o["status"], o["progress"], o["completed_at"] = "in_progress", 90, nil
+		}
+	}
+	return o
+}
+
+// earlyContent says whether the content of unfinished job j is served anyway.
+func (f *fault) earlyContent(j *job) bool {
+	return f.is("content-early") && j.product == nil && j.err == nil
+}
+
+// forgotten keeps a deleted job listed, for delete-still-listed.
+func (f *fault) forgotten(j *job) {
+	if f.is("delete-still-listed") {
+		f.listed.Store(j.id, j)
+	}
+}
+
+// stillListed are the deleted jobs of kind a list still shows.
+func (f *fault) stillListed(kind spec.Capability) []*job {
+	var out []*job
+	if f.is("delete-still-listed") {
+		f.listed.Range(func(_, v any) bool {
+			if j := v.(*job); j.kind == kind {
+				out = append(out, j)
+			}
+			return true
+		})
+	}
+	return out
+}
+
+// twin is the orphan double-create runs beside j: the same request, a job of its own.
+func (f *fault) twin(s *Server, j *job) *job {
+	if !f.is("double-create") {
+		return nil
+	}
+	t := s.newJob("video_", ".mp4", j.kind, j.lane, j.req, requestInfo{route: j.route, base: j.base, inputs: j.inputs, received: j.received, bodyRead: j.bodyRead})
+	return t
+}
+
+// lose says whether j, arriving while another job of its lane is unfinished, is to be lost
+// (s.mu held): accepted, never run, ended only when cancelled.
+func (f *fault) lose(s *Server, j *job) bool {
+	if !f.is("second-job-lost") {
+		return false
+	}
+	for _, k := range s.jobs {
+		if k.lane == j.lane && k.completed.IsZero() {
+			return true
+		}
+	}
+	return false
 }

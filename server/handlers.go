@@ -91,6 +91,9 @@ func (s *Server) createVideo(w http.ResponseWriter, r *http.Request) {
 	if !s.admit(w, r, route, j) {
 		return
 	}
+	if t := s.fault.twin(s, j); t != nil {
+		_, _ = s.enqueue(t)
+	}
 	s.mu.Lock()
 	obj := s.videoObject(j)
 	s.mu.Unlock()
@@ -137,6 +140,7 @@ func (s *Server) videoObject(j *job) map[string]any {
 	if !j.started.IsZero() {
 		o["timing"] = j.timing()
 	}
+	s.fault.object(j, o)
 	return o
 }
 
@@ -168,7 +172,7 @@ func (s *Server) getVideo(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
-	obj := s.videoObject(j)
+	obj := s.fault.poll(s, j, s.videoObject(j))
 	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, obj)
 }
@@ -199,6 +203,7 @@ func (s *Server) listVideos(w http.ResponseWriter, r *http.Request) {
 			all = append(all, j)
 		}
 	}
+	all = append(all, s.fault.stillListed(spec.TextToVideo)...)
 	sort.Slice(all, func(a, b int) bool {
 		if !all[a].created.Equal(all[b].created) {
 			return all[a].created.Before(all[b].created) == (order == "asc")
@@ -242,6 +247,14 @@ func (s *Server) serveArtifact(w http.ResponseWriter, r *http.Request, kind spec
 	if kept, ok := s.fault.keptContent(r.PathValue("id")); e != nil && ok {
 		e = nil
 		j = &job{id: r.PathValue("id"), path: kept, product: &Product{}}
+	}
+	if e == nil && s.fault.earlyContent(j) {
+		s.mu.Unlock()
+		w.Header().Set("Content-Type", contentType)
+		if b, err := os.ReadFile(j.path); err == nil {
+			_, _ = w.Write(b)
+		}
+		return
 	}
 	if e == nil && j.product == nil {
 		e = errf(http.StatusConflict, "job_not_complete", "id", "%s is %s; content exists only once it is completed", j.id, j.status)

@@ -104,6 +104,17 @@ func (s *Server) enqueue(j *job) (*apiError, time.Duration) {
 	if e := s.full(); e != nil {
 		return e, s.cfg.JanitorEvery
 	}
+	if s.fault.lose(s, j) {
+		s.jobs[j.id] = j
+		s.wg.Add(1)
+		go func() { // ended only when cancelled, as a lane ends a job cancelled while queued
+			defer s.wg.Done()
+			<-j.ctx.Done()
+			s.finish(j, Product{}, context.Cause(j.ctx))
+			close(j.done)
+		}()
+		return nil, 0
+	}
 	select {
 	case j.lane.queue <- j:
 		s.jobs[j.id] = j
@@ -345,6 +356,7 @@ func (s *Server) forget(j *job, why string) []string {
 		clear(s.gone) // tombstones only improve 404 messages; dropping them loses no job
 	}
 	s.gone[j.id] = why
+	s.fault.forgotten(j)
 	j.deleted = true
 	j.touch()
 	j.cancel(errDeleted)

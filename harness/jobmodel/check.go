@@ -405,7 +405,7 @@ func holdListing(v *view) (*Violation, string) {
 		if _, ok := expected[id]; ok {
 			continue
 		}
-		if _, ok := v.deleted[id]; ok {
+		if d, ok := v.deleted[id]; ok && !d.Received.After(end.Sent) {
 			continue // deleted, yet listed: job-deleted's
 		}
 		if v.opt.Exclusive || prompts[got.Prompt] {

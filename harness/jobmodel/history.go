@@ -108,8 +108,11 @@ type History struct {
 // NewHistory is an empty history of exchanges with a server of profile p.
 func NewHistory(p wire.Profile) *History { return &History{Profile: p} }
 
-// Ops is a copy of the history.
+// Ops is a copy of the history. A nil *History records nothing and holds nothing.
 func (h *History) Ops() []Op {
+	if h == nil {
+		return nil
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return append([]Op(nil), h.ops...)
@@ -117,6 +120,9 @@ func (h *History) Ops() []Op {
 
 // Add appends an exchange recorded elsewhere (AIPerf's records) and returns its place.
 func (h *History) Add(o Op) int {
+	if h == nil {
+		return -1
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	o.N = len(h.ops)
@@ -130,6 +136,9 @@ func (h *History) Add(o Op) int {
 // AddAnswer appends an exchange recorded elsewhere (AIPerf's records), its answer read from
 // body as the model reads the suite's own.
 func (h *History) AddAnswer(o Op, body []byte) int {
+	if h == nil {
+		return -1
+	}
 	answer(&o, h.Profile, body)
 	return h.Add(o)
 }
@@ -147,6 +156,9 @@ func (h *History) set(n int, o Op) {
 func (h *History) Transport(base http.RoundTripper) http.RoundTripper {
 	if base == nil {
 		base = http.DefaultTransport
+	}
+	if h == nil {
+		return base
 	}
 	return recorder{h, base}
 }

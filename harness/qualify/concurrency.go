@@ -35,16 +35,17 @@ func (c *caseRun) concurrency(s *serving, a artifactSet) (string, error) {
 	if len(a.Served) == 0 || a.Served[0].Path == "" {
 		return "", errors.New("no served artifacts to compare with: the artifacts stage failed")
 	}
-	items, err := c.items()
-	if err != nil {
-		return "", err
-	}
+	var items []workItem
+	// The probe's inputs are the run's, in its order: each has an output to be held to.
 	run := map[string]artifact{}
+	var probe []workItem
 	for _, r := range a.Served {
 		if _, ok := run[r.item.key]; !ok {
 			run[r.item.key] = r
+			probe = append(probe, r.item)
 		}
 	}
+	items = probe
 	n := ConcurrencyN(c.Entry, c.Config, s.lanes)
 	// Each waits for the others on a server that runs one at a time.
 	ctx, cancel := context.WithTimeout(c.ctx, time.Duration(n)*c.requestDeadline())
@@ -87,13 +88,16 @@ func (c *caseRun) concurrency(s *serving, a artifactSet) (string, error) {
 		}
 	}
 	perS := float64(n) / wall.Seconds()
-	msg := fmt.Sprintf("%d requests at once, each answered and each the run's output for its input; %.3f items/s at %d against %.3f at %d in the run",
-		n, perS, n, c.Row.Timing.ItemsPerSecond, c.Config.Concurrency)
 	c.T.Attr("concurrent_items_per_s", fmt.Sprintf("%.3f", perS))
-	if speedup := perS / c.Row.Timing.ItemsPerSecond; c.Row.Timing.ItemsPerSecond > 0 {
-		msg += fmt.Sprintf(" (%.2fx)", speedup)
+	msg := fmt.Sprintf("%d requests at once, each answered and each the run's output for its input; %.3f items/s at %d", n, perS, n)
+	if c.Row.Timing == nil || c.Row.Timing.ItemsPerSecond <= 0 {
+		msg += " (the run's throughput is unknown: the timing stage established none)"
+	} else {
+		one := c.Row.Timing.ItemsPerSecond
+		speedup := perS / one
+		msg += fmt.Sprintf(" against %.3f at %d in the run (%.2fx)", one, c.Config.Concurrency, speedup)
 		if speedup < 1.1 && s.lanes != 1 {
-			c.findings = append(c.findings, wire.Finding{Name: "serialised", Detail: fmt.Sprintf("%d requests at once gave %.2fx the throughput of one at a time, and the server does not say it runs one Task at a time", n, speedup)})
+			c.findings = append(c.findings, wire.Finding{Name: "serialised", Detail: fmt.Sprintf("%d requests at once gave %.2fx the throughput of the run at concurrency %d, and the server does not say it runs one Task at a time", n, speedup, c.Config.Concurrency)})
 		}
 	}
 	if s.lanes == 1 {

@@ -98,9 +98,9 @@ func TestDeadlinesFromTheRow(t *testing.T) {
 	assert.Equal(t, EnvRequestTimeout, from)
 
 	cd, _ := CaseDeadline(lookup(t, "ref-t2v"), Defaults(), 4)
-	// Two default loads (10 min and a minute each), 4+1+4+4 requests of a minute (the shape
-	// probe at two seeds and two influence probes), 5 min.
-	assert.Equal(t, 2*11*time.Minute+13*time.Minute+5*time.Minute, cd)
+	// Two default loads (10 min and a minute each), 4+1+4+4+2 requests of a minute (the shape
+	// probe at two seeds, two influence probes and the concurrency probe's two), 5 min.
+	assert.Equal(t, 2*11*time.Minute+15*time.Minute+5*time.Minute, cd)
 }
 
 // Every bad duration is refused by name; none silently becomes a default.

@@ -64,10 +64,12 @@ func (c *caseRun) listJobs(s *serving) {
 // the answer it got and, for a video, the last poll it kept. They carry no time on the suite's
 // clock, so the model orders them with nothing; they still hold identity, fields and listing.
 func (c *caseRun) recordAIPerf(x aiperf.Exports) {
-	kind := jobmodel.Edit
+	p := c.Config.Target.Profile
+	kind, route := jobmodel.Edit, p.EditImage
 	if c.Entry.Workload == spec.TextToVideo {
-		kind = jobmodel.Create
+		kind, route = jobmodel.Create, p.CreateVideo
 	}
+	method, path := p.Path(route, "")
 	for _, raw := range x.Raw {
 		if len(raw.Responses) == 0 {
 			continue
@@ -86,11 +88,12 @@ func (c *caseRun) recordAIPerf(x aiperf.Exports) {
 		if raw.Error != nil && (kind == jobmodel.Edit || raw.JobID() == "") {
 			status = raw.Error.Code
 		}
-		op := jobmodel.Op{Kind: kind, By: "aiperf", Method: "POST", RequestID: raw.Meta.XRequestID, Fields: fields, Status: status}
+		op := jobmodel.Op{Kind: kind, By: "aiperf", Method: method, Path: path, RequestID: raw.Meta.XRequestID, Fields: fields, Status: status}
 		c.history.AddAnswer(op, []byte(raw.Responses[0].Text))
 		if kind == jobmodel.Create && len(raw.Responses) > 1 && raw.JobID() != "" {
 			last := raw.Responses[len(raw.Responses)-1]
-			poll := jobmodel.Op{Kind: jobmodel.Poll, By: "aiperf", Method: "GET", Job: raw.JobID(), Status: 200}
+			method, path := p.Path(p.PollVideo, raw.JobID())
+			poll := jobmodel.Op{Kind: jobmodel.Poll, By: "aiperf", Method: method, Path: path, Job: raw.JobID(), Status: 200}
 			c.history.AddAnswer(poll, []byte(last.Text))
 		}
 	}
