@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mediaqual/mediaqual/harness/check"
+	"github.com/mediaqual/mediaqual/harness/jobmodel"
 	qual "github.com/mediaqual/mediaqual/harness/qualify"
 	"github.com/mediaqual/mediaqual/internal/casegen"
 	"github.com/mediaqual/mediaqual/reports"
@@ -104,6 +105,14 @@ func TestEveryFaultHasACase(t *testing.T) {
 	}
 	slices.Sort(cased)
 	assert.Equal(t, server.FaultNames(), cased, "server.Faults and faultCases (faults_test.go) must name the same faults")
+}
+
+// TestEveryModelRuleHasItsFault: each rule of the job API's model names the fault that shows it
+// failing, and the fault self-test runs that fault expecting that rule's check.
+func TestEveryModelRuleHasItsFault(t *testing.T) {
+	for _, r := range jobmodel.Rules {
+		assert.Contains(t, faultCases, struct{ fault, checkpoint, check string }{r.Fault, "ref-t2v", r.Check}, "rule %s", r.Check)
+	}
 }
 
 // TestFaultsAreCaught runs the real qualification of a reference checkpoint against a

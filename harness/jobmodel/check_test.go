@@ -1,6 +1,8 @@
 package jobmodel
 
 import (
+	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -137,4 +139,20 @@ func TestUnsaidRulesAreNamed(t *testing.T) {
 		assert.Contains(t, joined, c)
 	}
 	assert.NotContains(t, r.Held, "job-orphans")
+}
+
+// TestRulesMatchTheDocs: docs/QUALIFICATION.md's table of the model is Rules, row for row.
+func TestRulesMatchTheDocs(t *testing.T) {
+	b, err := os.ReadFile("../../docs/QUALIFICATION.md")
+	require.NoError(t, err)
+	var rows []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "| `job-") {
+			rows = append(rows, line)
+		}
+	}
+	require.Len(t, rows, len(Rules), "one row a rule")
+	for i, r := range Rules {
+		assert.Equal(t, fmt.Sprintf("| `%s` | %s | %s | `%s` |", r.Check, r.Says, r.For, r.Fault), rows[i])
+	}
 }
