@@ -36,34 +36,43 @@ func (c *caseRun) concurrency(s *serving, a artifactSet) (string, error) {
 		return "", errors.New("no served artifacts to compare with: the artifacts stage failed")
 	}
 	var items []workItem
-	// The probe's inputs are the run's, in its order: each has an output to be held to.
-	run := map[string]artifact{}
-	var probe []workItem
+	// The probe's inputs are the run's, in its order.
+	seen := map[string]bool{}
 	for _, r := range a.Served {
-		if _, ok := run[r.item.key]; !ok {
-			run[r.item.key] = r
-			probe = append(probe, r.item)
+		if !seen[r.item.key] {
+			seen[r.item.key] = true
+			items = append(items, r.item)
 		}
 	}
-	items = probe
 	n := ConcurrencyN(c.Entry, c.Config, s.lanes)
 	// Each waits for the others on a server that runs one at a time.
 	ctx, cancel := context.WithTimeout(c.ctx, time.Duration(n)*c.requestDeadline())
 	defer cancel()
+	one := func(i int, tag string) ([]byte, error) {
+		id := fmt.Sprintf("%s-%s-%d", casePrefix(c.Entry.ID), tag, i)
+		if c.Entry.Workload == spec.TextToVideo {
+			return c.concurrentClip(ctx, s, items[i%len(items)], id)
+		}
+		return c.editWithin(ctx, s, items[i%len(items)], id)
+	}
+	// The same requests alone first, by the suite's own client: the outputs to hold the
+	// concurrent ones to (AIPerf's upload of a reference is its own encoding of it) and the
+	// throughput of one at a time, measured beside the concurrent one.
+	alone := make([][]byte, n)
+	start := time.Now()
+	for i := range n {
+		var err error
+		if alone[i], err = one(i, "alone"); err != nil {
+			return "", check.Fail("concurrency", "request %d alone (%s): %v", i+1, items[i%len(items)].key, err)
+		}
+	}
+	aloneWall := time.Since(start)
 	outs := make([][]byte, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
-	start := time.Now()
+	start = time.Now()
 	for i := range n {
-		it := items[i%len(items)]
-		id := fmt.Sprintf("%s-concurrent-%d", casePrefix(c.Entry.ID), i)
-		wg.Go(func() {
-			if c.Entry.Workload == spec.TextToVideo {
-				outs[i], errs[i] = c.concurrentClip(ctx, s, it, id)
-			} else {
-				outs[i], errs[i] = c.editWithin(ctx, s, it, id)
-			}
-		})
+		wg.Go(func() { outs[i], errs[i] = one(i, "concurrent") })
 	}
 	wg.Wait()
 	wall := time.Since(start)
@@ -78,27 +87,16 @@ func (c *caseRun) concurrency(s *serving, a artifactSet) (string, error) {
 		return "", errors.Join(failed...)
 	}
 	for i, out := range outs {
-		key := items[i%len(items)].key
-		ran, ok := run[key]
-		if !ok {
-			return "", fmt.Errorf("the run has no artifact for %s to compare with", key)
-		}
-		if err := c.sameOutput(ran, out, i); err != nil {
-			return "", check.Fail("concurrency", "request %d of %d at once (%s) is not the run's output for the same input (request %s): %v", i+1, n, key, ran.RequestID, err)
+		if err := c.sameOutput(alone[i], out, i); err != nil {
+			return "", check.Fail("concurrency", "request %d of %d at once (%s) is not what the same request gave alone: %v", i+1, n, items[i%len(items)].key, err)
 		}
 	}
-	perS := float64(n) / wall.Seconds()
+	perS, aloneS := float64(n)/wall.Seconds(), float64(n)/aloneWall.Seconds()
+	speedup := perS / aloneS
 	c.T.Attr("concurrent_items_per_s", fmt.Sprintf("%.3f", perS))
-	msg := fmt.Sprintf("%d requests at once, each answered and each the run's output for its input; %.3f items/s at %d", n, perS, n)
-	if c.Row.Timing == nil || c.Row.Timing.ItemsPerSecond <= 0 {
-		msg += " (the run's throughput is unknown: the timing stage established none)"
-	} else {
-		one := c.Row.Timing.ItemsPerSecond
-		speedup := perS / one
-		msg += fmt.Sprintf(" against %.3f at %d in the run (%.2fx)", one, c.Config.Concurrency, speedup)
-		if speedup < 1.1 && s.lanes != 1 {
-			c.findings = append(c.findings, wire.Finding{Name: "serialised", Detail: fmt.Sprintf("%d requests at once gave %.2fx the throughput of the run at concurrency %d, and the server does not say it runs one Task at a time", n, speedup, c.Config.Concurrency)})
-		}
+	msg := fmt.Sprintf("%d requests at once, each answered and each what the same request gave alone; %.3f items/s at %d against %.3f one at a time (%.2fx)", n, perS, n, aloneS, speedup)
+	if speedup < 1.1 && s.lanes != 1 {
+		c.findings = append(c.findings, wire.Finding{Name: "serialised", Detail: fmt.Sprintf("%d requests at once gave %.2fx the throughput of one at a time, and the server does not say it runs one Task at a time", n, speedup)})
 	}
 	if s.lanes == 1 {
 		msg += "; the server declares 1 lane"
@@ -148,28 +146,25 @@ func (c *caseRun) concurrentClip(ctx context.Context, s *serving, it workItem, i
 	return mp4[0], os.WriteFile(path, mp4[0], 0o644)
 }
 
-// sameOutput holds a probe output to the run's artifact for the same input: the same bytes,
-// or the same decoded frames (an encoder that does not repeat its bytes).
-func (c *caseRun) sameOutput(ran artifact, out []byte, i int) error {
-	if digest(out) == ran.SHA256 {
+// sameOutput holds a probe output to the same request's output alone: the same bytes, or the
+// same decoded frames (an encoder that does not repeat its bytes).
+func (c *caseRun) sameOutput(alone, out []byte, i int) error {
+	if bytes.Equal(alone, out) {
 		return nil
 	}
-	path := filepath.Join(c.Dir, "concurrent", fmt.Sprintf("compare-%d%s", i, extension(c.Entry.Workload)))
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	if err := os.WriteFile(path, out, 0o644); err != nil {
-		return err
-	}
-	got, err := c.frameDigests(path, nil)
-	if err != nil {
-		return fmt.Errorf("other bytes, and they do not decode: %w", err)
-	}
-	want := ran.Decoded
-	if want == nil {
-		if want, err = c.frameDigests(ran.Path, nil); err != nil {
+	var digests [2][]string
+	for k, b := range [][]byte{alone, out} {
+		path := filepath.Join(c.Dir, "concurrent", fmt.Sprintf("compare-%d-%d%s", i, k, extension(c.Entry.Workload)))
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			return err
 		}
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			return err
+		}
+		var err error
+		if digests[k], err = c.frameDigests(path, nil); err != nil {
+			return fmt.Errorf("other bytes, and they do not decode: %w", err)
+		}
 	}
-	return check.FrameIdentity(got, want)
+	return check.FrameIdentity(digests[1], digests[0])
 }

@@ -55,6 +55,17 @@ type Profile struct {
 	Produced []string
 	// Models is how the server's GET /v1/models describes a model.
 	Models ModelCard
+	// Departs are the rules of the job API's model (harness/jobmodel, by check) the server's
+	// released code breaks, each with the source that breaks it: a violation of one is that
+	// peer's finding, not a failure of the row. harness/peers' TestDeparturesHoldToReleasedSource
+	// holds each to the installed source.
+	Departs map[string]Departure
+}
+
+// Departure is a rule a server's released code breaks: the file (under site-packages), the
+// line of source that breaks it, and how.
+type Departure struct {
+	File, Source, Why string
 }
 
 // ModelCard names the fields of a server's /v1/models entry that carry the contract's model
@@ -115,6 +126,10 @@ var (
 		// no revision and no profile. Task types: configs/task_type.py ModelTaskType.
 		Models: ModelCard{Capabilities: "supported_task_types", Precision: "dit_precision", TaskTypes: map[string]string{
 			"T2V": "text_to_video", "TI2V": "text_to_video", "I2I": "image_edit", "TI2I": "image_edit"}},
+		Departs: map[string]Departure{"job-fields": {
+			File:   "sglang/multimodal_gen/runtime/entrypoints/openai/video_api.py",
+			Source: "seconds = int(round((sampling.num_frames or 0) / float(sampling.fps or 24)))",
+			Why:    "the job's seconds is the clip's length rounded to whole seconds (17 frames at 16 fps: \"1\")"}},
 	}
 	// VLLMOmni is vllm-omni 0.30.0's API server on vllm 0.30.0.
 	VLLMOmni = Profile{
@@ -133,6 +148,10 @@ var (
 		// serving_video._video_metadata_from_artifacts: fps (the output's), num_frames (counted
 		// in the encoded MP4) and duration_s, merged into the job by _run_video_generation_job.
 		Produced: []string{"num_frames", "fps", "duration_s"},
+		Departs: map[string]Departure{"job-fields": {
+			File:   "vllm_omni/entrypoints/openai/video/generation/helpers.py",
+			Source: "resp.seconds = str(req.seconds or resp.seconds)",
+			Why:    "the job's seconds is the one asked, else VideoResponse's default \"4\" (protocol/videos.py), whatever num_frames and fps were asked"}},
 		// vllm's ModelCard (serve/engine/protocol.py): id, object, created, owned_by, root,
 		// parent, max_model_len, permission: no capability, revision, precision or profile.
 		Models: ModelCard{},
