@@ -95,7 +95,7 @@ func TestInterruptedRunLeavesOneReport(t *testing.T) {
 			stages = append(stages, s.Name+" "+state)
 		}
 		assert.Equal(t, []string{"inventory passed", "correctness passed", "serve passed", "aiperf interrupted",
-			"artifacts not run", "identity not run", "timing not run", "cleanup not run"}, stages)
+			"artifacts not run", "identity not run", "timing not run", "concurrency not run", "cleanup not run", "history not run"}, stages)
 	}
 	assert.Equal(t, map[string]string{"ref-t2v": reports.Interrupted, "ref-edit": reports.NotRun}, outcomes)
 	for _, name := range []string{"results.md", "index.html"} {
