@@ -90,6 +90,9 @@ var faultCases = []struct {
 	{"double-create", "ref-t2v", "job-orphans"},
 	// The shape probe asks another frame count; the pinned clip is at 16 fps.
 	{"seconds-wrong", "ref-t2v", "job-fields"},
+	// Only the shape probe sends a reference of another aspect than the output's; the native
+	// path runs the same inputs.
+	{"reference-cropped", "ref-edit", "probe-identity"},
 	// Only the concurrency probe has two jobs in flight at once.
 	{"second-job-lost", "ref-edit", "concurrency"},
 }

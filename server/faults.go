@@ -61,6 +61,7 @@ var Faults = map[string]string{
 	"double-create":       "every video create runs twice: the second job is an orphan nobody is told of",
 	"seconds-wrong":       "the video object's seconds is num_frames at 24 fps, whatever fps was asked",
 	"second-job-lost":     "a job that arrives while another of its model is unfinished is accepted but never run, until deleted or its client leaves",
+	"reference-cropped":   "an edit's reference of another aspect than the output's is cropped to the output's aspect (centred) before the family resizes it",
 	"history-bytes":       "once a job of a second shape (size, frame count or reference size) was served, every later output has one pixel changed (a runtime whose bytes depend on what it served before)",
 }
 
@@ -141,6 +142,8 @@ func (t faultyTask) Run(ctx context.Context, req spec.Request) (spec.Output, err
 		return out, err
 	case t.f.is("prompt-ignored"):
 		req.Prompt = "a prompt the server puts in place of every one"
+	case t.f.is("reference-cropped") && req.Reference != nil:
+		req.Reference = croppedToAspect(req.Reference, req.Size)
 	case t.f.is("ignore-reference") && req.Reference != nil:
 		b := req.Reference.Bounds()
 		grey := image.NewRGBA(image.Rect(0, 0, b.Dx(), b.Dy()))
@@ -457,4 +460,20 @@ func (f *fault) lose(s *Server, j *job) bool {
 		}
 	}
 	return false
+}
+
+// croppedToAspect is ref's centre at size's aspect ratio (ref itself when it has it already).
+func croppedToAspect(ref image.Image, size spec.Size) image.Image {
+	b := ref.Bounds()
+	w, h := b.Dx(), b.Dy()
+	if w*size.H == h*size.W {
+		return ref
+	}
+	cw, ch := w, w*size.H/size.W
+	if ch > h {
+		cw, ch = h*size.W/size.H, h
+	}
+	out := image.NewRGBA(image.Rect(0, 0, cw, ch))
+	draw.Draw(out, out.Rect, ref, image.Pt(b.Min.X+(w-cw)/2, b.Min.Y+(h-ch)/2), draw.Src)
+	return out
 }

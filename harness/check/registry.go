@@ -27,6 +27,7 @@ var Registry = []Info{
 	{"refuses-unsupported", []string{"serve"}},
 	{"parity", []string{"serve"}},
 	{"shape-probe", []string{"aiperf"}},
+	{"probe-identity", []string{"aiperf"}},
 	{"seed-influence", []string{"aiperf"}},
 	{"aiperf-install", []string{"aiperf"}},
 	{"aiperf-exports", []string{"aiperf"}},

@@ -122,7 +122,7 @@ func TestShapeProbeFailsByName(t *testing.T) {
 		e := lookup(t, "ref-t2v")
 		row := NewRow(e)
 		c := &caseRun{T: t, Entry: e, Config: Defaults(), Row: &row, ctx: t.Context()}
-		_, err := c.shapeProbe(s)
+		_, err := c.shapeProbe(s, nil)
 		failsAt(t, err, "shape-probe")
 		assert.Equal(t, int32(1), created.Load(), "one probe request")
 		if !create500 {

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -32,6 +33,7 @@ type workItem struct {
 	ref    []byte
 	image  string       // an edit's fixture image (fixtures.Image), for the shape probe's other aspect
 	asked  api.Settings // the settings the fields ask for, as the actual-settings check reads them
+	st     spec.Settings // the same, as the in-process native path runs them
 }
 
 // nativeOutputs is what the correctness stage established: the native path's output for each pinned
@@ -72,7 +74,7 @@ func (c *caseRun) loadItems() ([]workItem, error) {
 	for i, p := range set.Prompts {
 		s := e.Defaults
 		s.Prompt = p.Text
-		out = append(out, workItem{key: fmt.Sprintf("prompt-%d", i), fields: s.Fields(e.Controls, e.Workload), asked: asked(e, s)})
+		out = append(out, workItem{key: fmt.Sprintf("prompt-%d", i), fields: s.Fields(e.Controls, e.Workload), asked: asked(e, s), st: s})
 	}
 	for _, ed := range set.Edits {
 		s := e.Defaults
@@ -82,7 +84,7 @@ func (c *caseRun) loadItems() ([]workItem, error) {
 			return nil, err
 		}
 		c.Row.Dataset["sent:"+ed.Name] = digest(ref)[:16]
-		out = append(out, workItem{key: ed.Name, fields: s.Fields(e.Controls, e.Workload), ref: ref, image: ed.Image, asked: asked(e, s)})
+		out = append(out, workItem{key: ed.Name, fields: s.Fields(e.Controls, e.Workload), ref: ref, image: ed.Image, asked: asked(e, s), st: s})
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("fixture set %s has no inputs for %s", e.Fixtures, e.Workload)
@@ -167,7 +169,13 @@ func (c *caseRun) correctness(b bundleFacts) (nativeOutputs, string, error) {
 	if inProcess {
 		run = c.runInProcess
 	}
-	native, err := run(items)
+	// The shape probe's inputs too, so that the aiperf stage holds its served outputs to the
+	// native path's (probe-identity); the family's criteria are for the pinned inputs.
+	probes, _, err := c.probeItems()
+	if err != nil {
+		return nil, "", err
+	}
+	native, err := run(append(slices.Clip(items), probes...))
 	digestNote, herr := bundleHashed()
 	if herr != nil {
 		return nil, "", herr
@@ -328,8 +336,7 @@ func (c *caseRun) runInProcess(items []workItem) (nativeOutputs, error) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, err
 		}
-		st := c.Entry.Defaults
-		st.Prompt = it.fields["prompt"]
+		st := it.st
 		req := spec.Request{Settings: st}
 		if it.ref != nil {
 			img, err := media.DecodeImageBytes(it.ref)

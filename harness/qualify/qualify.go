@@ -167,7 +167,7 @@ func (c *caseRun) runStages() {
 				// shape probe; its failure does not keep AIPerf from running, so that a server
 				// failing every job is still held to AIPerf's accounting.
 				c.listJobs(served)
-				probe, perr := c.shapeProbe(served)
+				probe, perr := c.shapeProbe(served, native)
 				run, s, err = c.aiperf(served)
 				return s + probe, errors.Join(perr, err)
 			}
