@@ -31,8 +31,8 @@ type workItem struct {
 	key    string
 	fields map[string]string
 	ref    []byte
-	image  string       // an edit's fixture image (fixtures.Image), for the shape probe's other aspect
-	asked  api.Settings // the settings the fields ask for, as the actual-settings check reads them
+	image  string        // an edit's fixture image (fixtures.Image), for the shape probe's other aspect
+	asked  api.Settings  // the settings the fields ask for, as the actual-settings check reads them
 	st     spec.Settings // the same, as the in-process native path runs them
 }
 
