@@ -120,7 +120,7 @@ func (s *Server) videoObject(j *job) map[string]any {
 	o := map[string]any{
 		"id": j.id, "object": "video", "model": j.lane.model.Checkpoint.ID, "status": j.status,
 		"progress": j.progress, "created_at": j.created.Unix(), "completed_at": nil, "expires_at": nil,
-		"error": nil, "prompt": st.Prompt, "size": st.Size.String(),
+		"error": nil, "prompt": st.Prompt, "size": st.Size.String(), "request_id": j.requestID,
 		"seconds":  strconv.FormatFloat(float64(st.NumFrames)/float64(st.FPS), 'f', -1, 64),
 		"settings": st,
 	}

@@ -129,6 +129,7 @@ type Video struct {
 	Size           string    `json:"size"`
 	Seconds        string    `json:"seconds"`
 	Settings       Settings  `json:"settings"`
+	RequestID      string    `json:"request_id,omitempty"` // the X-Request-ID of the create that made the job
 	URL            string    `json:"url,omitempty"`
 	Actual         Actual    `json:"actual,omitzero"`
 	Timing         Timing    `json:"timing,omitzero"`

@@ -142,6 +142,9 @@ func holdIdentity(v *view) (*Violation, string) {
 			if m := o.Object.Model; m != "" && asked != "" && m != asked {
 				return violation("job %s was created for model %q; this answer names %q", v.with(o.Job, o), o.Job, asked, m), ""
 			}
+			if r, sent := o.Object.RequestID, v.creates[o.Job].RequestID; r != "" && sent != "" && r != sent {
+				return violation("job %s was created by request %s; this answer says request %s made it", v.with(o.Job, o), o.Job, sent, r), ""
+			}
 		case o.Kind == Edit && o.OK() && o.Object != nil:
 			if m := o.Object.Model; m != "" && o.Fields["model"] != "" && m != o.Fields["model"] {
 				return violation("the edit asked model %q; its answer names %q", []Op{o}, o.Fields["model"], m), ""

@@ -84,6 +84,7 @@ func TestEachRuleNamesItsViolation(t *testing.T) {
 	}{
 		{"job-identity", func(h []Op) []Op { h[4].Object = obj("v0", "completed"); return h }},
 		{"job-identity", func(h []Op) []Op { h[1].Object.Model = "other"; return h }},
+		{"job-identity", func(h []Op) []Op { h[1].RequestID, h[5].Object.RequestID = "r1", "r2"; return h }},
 		{"job-status", func(h []Op) []Op { h[5].Object = obj("v1", "in_progress"); return h }},
 		{"job-status", func(h []Op) []Op { p := 20.0; h[4].Object.Progress = &p; h[3].Object.Status = "queued"; return h }},
 		{"job-timestamps", func(h []Op) []Op {

@@ -95,6 +95,7 @@ type Object struct {
 	CreatedAt, CompletedAt, ExpiresAt *int64
 	Seconds, Size                     string
 	Prompt                            string
+	RequestID                         string // the create's X-Request-ID, where the server says it (request_id)
 }
 
 // History is one row's exchanges, in the order they were sent. It is safe for concurrent use:
@@ -386,12 +387,13 @@ func parseObject(p wire.Profile, body []byte) *Object {
 		Seconds     any      `json:"seconds"`
 		Size        string   `json:"size"`
 		Prompt      string   `json:"prompt"`
+		RequestID   string   `json:"request_id"`
 	}
 	if json.Unmarshal(body, &raw) != nil || raw.ID == "" || raw.Status == "" {
 		return nil
 	}
 	o := &Object{ID: raw.ID, Model: raw.Model, Progress: raw.Progress, CreatedAt: raw.CreatedAt,
-		CompletedAt: raw.CompletedAt, ExpiresAt: raw.ExpiresAt, Size: raw.Size, Prompt: raw.Prompt}
+		CompletedAt: raw.CompletedAt, ExpiresAt: raw.ExpiresAt, Size: raw.Size, Prompt: raw.Prompt, RequestID: raw.RequestID}
 	if o.Status = p.Statuses[raw.Status]; o.Status == "" {
 		o.Status = raw.Status // not the contract's: the status rule names it
 	}

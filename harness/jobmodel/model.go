@@ -41,7 +41,7 @@ type Rule struct {
 var Rules = []Rule{
 	{
 		Check: "job-identity",
-		Says:  "every job object answered for id X has id X and names the model its create asked; each create is answered with a job of its own",
+		Says:  "every job object answered for id X has id X and names the model its create asked (and, where it says one, the create's request id); each create is answered with a job of its own",
 		For:   "a poll answered with another job's object (a cache keyed wrongly, a gateway mixing up jobs)",
 		Fault: "poll-other-job",
 		Edits: true,

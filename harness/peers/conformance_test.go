@@ -21,12 +21,12 @@ import (
 // reason in the peer's released code (docs/EXTERNAL.md's tables say which): a finding more or
 // less is a protocol disagreement, in the peer's code or in the suite's reading of it.
 var findings = map[string][]string{
-	"sglang/ref-t2v": {"delete-shape", "error-envelope", "job-fields", "no-request-id-echo", "settings-unconfirmed", "shape", "timing-not-task",
+	"sglang/ref-t2v": {"delete-shape", "error-envelope", "job-fields", "no-request-tie", "settings-unconfirmed", "shape", "timing-not-task",
 		"unsupported-setting-accepted", "unsupported-setting-accepted", "unsupported-setting-accepted",
 		"unsupported-setting-accepted", "unsupported-setting-accepted"},
 	"sglang/ref-edit": {"edit-unconfirmed", "error-envelope", "shape",
 		"unsupported-setting-accepted", "unsupported-setting-accepted", "unsupported-setting-accepted"},
-	"vllm-omni/ref-t2v": {"error-code", "job-fields", "no-request-id-echo", "refusal-unnamed", "settings-partly-confirmed", "shape", "timing-not-task",
+	"vllm-omni/ref-t2v": {"error-code", "job-fields", "no-request-tie", "refusal-unnamed", "settings-partly-confirmed", "shape", "timing-not-task",
 		"unsupported-setting-accepted", "unsupported-setting-accepted", "unsupported-setting-accepted", "unsupported-setting-accepted"},
 	"vllm-omni/ref-edit": {"edit-no-timing", "edit-unconfirmed", "error-code", "shape",
 		"unsupported-setting-accepted", "unsupported-setting-accepted", "unsupported-setting-accepted"},

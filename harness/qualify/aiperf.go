@@ -148,10 +148,10 @@ func (c *caseRun) aiperf(s *serving) (aiperfRun, string, error) {
 	case !s.External:
 	case c.Entry.Workload != spec.TextToVideo:
 		how = "every request answered on its own exchange (an edit has no job to join)"
-	case c.echoed() != "":
-		how = fmt.Sprintf("every request maps to exactly one job the endpoint reports, but its polls echoed no X-Request-ID for %d: joined on AIPerf's record", len(c.unechoed))
+	case c.tied() != "":
+		how = fmt.Sprintf("every request maps to exactly one job the endpoint reports, joined on AIPerf's own record of each create's answer (the job id in it) for %d: the endpoint does not say which request made those jobs", len(c.untied))
 	default:
-		how = "every request maps to exactly one job the endpoint reports, each joined on the X-Request-ID the endpoint echoed"
+		how = "every request maps to exactly one job the endpoint reports, each tied to its create by the endpoint itself (the create's X-Request-ID in the job's request_id, or answered to a poll sent with a fresh one)"
 	}
 	return run, fmt.Sprintf("AIPerf %s: %s (%d warmup, %d measured); %s", env.Version, aiperf.Summarize(reqs), warmup, measured, how), nil
 }
@@ -297,17 +297,18 @@ func (c *caseRun) followUnfinished(s *serving, x aiperf.Exports) ([]aiperf.Reque
 
 // account is the server's account of the run: a launched mediaserve's ledger, or, for an
 // endpoint (whose ledger, if any, is not ours to read), a terminal job line built from what
-// the endpoint answers for each job AIPerf saw. Each job's poll carries its request's
-// X-Request-ID, and the line is filed under the id the endpoint echoes (so a server that
-// echoes another request's id fails the accounting); an endpoint that echoes none is joined on
-// AIPerf's record alone, which the row says (unechoed). Every answer is kept for the
-// contract's assessment.
+// the endpoint answers for each job AIPerf saw. Each job is polled with a fresh X-Request-ID,
+// and the line is filed under the create's request id the endpoint names (the job's
+// request_id, or the header it answers with), so a server that names another request fails
+// the accounting; an endpoint that names none is joined on AIPerf's record of the create's
+// answer alone, which the row says (untied). Every answer is kept for the contract's
+// assessment.
 func (c *caseRun) account(s *serving, x aiperf.Exports) ([]ledger.Entry, error) {
 	if !s.External {
 		return ledger.Read(s.ledgerPath)
 	}
 	var entries []ledger.Entry
-	c.unechoed = nil
+	c.untied = nil
 	for _, raw := range x.Raw {
 		e := ledger.Entry{Event: "job", RequestID: raw.Meta.XRequestID, JobID: raw.JobID()}
 		var body []byte
@@ -315,16 +316,26 @@ func (c *caseRun) account(s *serving, x aiperf.Exports) ([]ledger.Entry, error) 
 			if e.JobID == "" {
 				continue // neither a job nor a refusal: Join calls it lost
 			}
+			// Polled with a fresh X-Request-ID: an endpoint that mirrors the header it is sent
+			// cannot pass that off as knowing which request made the job.
 			method, path := s.Profile.Path(s.Profile.PollVideo, e.JobID)
-			ctx, echo := withRequestID(c.ctx, e.RequestID)
+			nonce := "poll-" + e.JobID
+			ctx, echo := withRequestID(c.ctx, nonce)
 			step, err := s.exchange(ctx, "poll", method, path, nil)
 			if err != nil {
 				return nil, err
 			}
-			if echo.got == "" {
-				c.unechoed = append(c.unechoed, e.RequestID)
-			} else {
-				e.RequestID = echo.got // the endpoint's own word on whose job this is
+			var made struct {
+				RequestID string `json:"request_id"`
+			}
+			_ = json.Unmarshal(step.Response.Body, &made)
+			switch {
+			case made.RequestID != "":
+				e.RequestID = made.RequestID // the endpoint's own word on whose job this is
+			case echo.got != "" && echo.got != nonce:
+				e.RequestID = echo.got
+			default:
+				c.untied = append(c.untied, e.RequestID)
 			}
 			c.steps = append(c.steps, step)
 			if step.Response.Status != http.StatusOK {
@@ -459,15 +470,16 @@ func withRequestID(ctx context.Context, id string) (context.Context, *requestIDE
 	return context.WithValue(ctx, requestIDKey{}, e), e
 }
 
-// echoed is the limit of an endpoint that echoed no X-Request-ID on its jobs' polls: the
-// account joins its jobs to AIPerf's requests on AIPerf's record alone.
-func (c *caseRun) echoed() string {
-	if len(c.unechoed) == 0 {
+// tied is the limit of an endpoint that does not say which request made a job (no request_id
+// in the job, and a poll sent with a fresh X-Request-ID answered with none of the create's): its
+// jobs are joined to AIPerf's requests on AIPerf's record of each create's answer alone.
+func (c *caseRun) tied() string {
+	if len(c.untied) == 0 {
 		return ""
 	}
-	why := fmt.Sprintf("the endpoint echoed no X-Request-ID on the polls of %d jobs (request %s first): they are joined to AIPerf's requests on AIPerf's record alone, never on the server's own word",
-		len(c.unechoed), c.unechoed[0])
+	why := fmt.Sprintf("the endpoint does not say which request made %d jobs (request %s first): polled with a fresh X-Request-ID, the job names none of its create's, so they are joined on AIPerf's record of each create's answer alone, never on the server's own word",
+		len(c.untied), c.untied[0])
 	c.limit(spec.FamilyValidated, why)
-	c.findings = append(c.findings, wire.Finding{Name: "no-request-id-echo", Detail: why})
+	c.findings = append(c.findings, wire.Finding{Name: "no-request-tie", Detail: why})
 	return why
 }

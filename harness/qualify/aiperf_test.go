@@ -16,23 +16,28 @@ import (
 	"github.com/mediaqual/mediaqual/models/spec"
 )
 
-// An endpoint's account joins each job to its AIPerf request on the X-Request-ID the endpoint
-// echoes on the job's poll: echoed, it holds; another request's id, the accounting fails;
-// none, the join rests on AIPerf's record and the row says so and is limited. Shown failing
-// by filing each job under AIPerf's id, as before: the swapping and the silent endpoints both
-// passed without a word.
-func TestEndpointAccountJoinsOnTheEcho(t *testing.T) {
-	for _, mode := range []string{"echo", "swap", "none"} {
+// An endpoint's account ties each job to its AIPerf request only on the endpoint's own word:
+// the create's X-Request-ID in the job (request_id), polled with a fresh X-Request-ID. A
+// middleware that mirrors each request's header ties nothing: the join rests on AIPerf's
+// record of the create's answer, and the row says so and is limited (before, a mirror was
+// reported as "each joined on the X-Request-ID the endpoint echoed"). A job naming another
+// request fails the accounting.
+func TestEndpointAccountJoinsOnlyOnTheEndpointsTie(t *testing.T) {
+	for _, mode := range []string{"tied", "mirror", "swap", "none"} {
 		hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			switch id := r.Header.Get("X-Request-ID"); mode {
-			case "echo":
-				w.Header().Set("X-Request-ID", id)
-			case "swap":
-				w.Header().Set("X-Request-ID", strings.NewReplacer("r1", "r2", "r2", "r1").Replace(id))
-			}
 			job := strings.TrimPrefix(r.URL.Path, "/v1/videos/")
+			made := ""
+			switch made = strings.TrimPrefix(job, "video_"); mode {
+			case "mirror":
+				w.Header().Set("X-Request-ID", r.Header.Get("X-Request-ID"))
+				made = ""
+			case "swap":
+				made = strings.NewReplacer("r1", "r2", "r2", "r1").Replace(made)
+			case "none":
+				made = ""
+			}
 			w.Header().Set("Content-Type", "application/json")
-			_, _ = w.Write([]byte(`{"id":"` + job + `","object":"video","status":"completed","progress":100}`))
+			_, _ = w.Write([]byte(`{"id":"` + job + `","object":"video","status":"completed","progress":100,"request_id":"` + made + `"}`))
 		}))
 		e := lookup(t, "ref-t2v")
 		row := NewRow(e)
@@ -50,14 +55,14 @@ func TestEndpointAccountJoinsOnTheEcho(t *testing.T) {
 		require.NoError(t, err, mode)
 		accountErr := aiperf.Account(aiperf.Join(x, entries), entries)
 		switch mode {
-		case "echo":
+		case "tied":
 			assert.NoError(t, accountErr)
-			assert.Empty(t, c.echoed())
+			assert.Empty(t, c.tied())
 		case "swap":
 			assert.ErrorContains(t, accountErr, "client saw job video_r1, the ledger's line is for video_r2")
-		case "none":
+		case "mirror", "none":
 			assert.NoError(t, accountErr, "joined on AIPerf's record")
-			assert.Contains(t, c.echoed(), "echoed no X-Request-ID on the polls of 2 jobs")
+			assert.Contains(t, c.tied(), "does not say which request made 2 jobs")
 			require.Len(t, row.Limits, 1)
 			assert.Equal(t, spec.FamilyValidated, row.Limits[0].Ceiling)
 		}

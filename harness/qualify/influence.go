@@ -59,7 +59,9 @@ func (c *caseRun) edit(s *serving, it workItem, requestID string) ([]byte, error
 
 // editWithin is edit within ctx.
 func (c *caseRun) editWithin(ctx context.Context, s *serving, it workItem, requestID string) ([]byte, error) {
-	fields := map[string]string{"model": c.Entry.ID}
+	// output_format png, as AIPerf's requests name it (extraInputs): a server with another
+	// default (SGLang's jpg) then answers the suite's edits in the same format as AIPerf's.
+	fields := map[string]string{"model": c.Entry.ID, "output_format": "png"}
 	for k, v := range it.fields {
 		fields[k] = v
 	}

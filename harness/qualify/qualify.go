@@ -69,7 +69,7 @@ type caseRun struct {
 	pollHold  time.Duration     // a launched mediaserve's -poll-hold
 	own       []string          // X-Request-IDs of the suite's own requests before AIPerf's (the shape probe)
 	jobs      []string          // video jobs created for the suite's requests: cleanup deletes each (createdJobs)
-	unechoed  []string          // AIPerf requests whose job's poll the endpoint answered without echoing X-Request-ID
+	untied    []string          // AIPerf requests whose job the endpoint does not tie to its create (aiperf's account)
 	history   *jobmodel.History // every exchange with the server, held to the job API's model at the end
 	mu        sync.Mutex        // jobs, when the concurrency probe's requests add to it
 }
