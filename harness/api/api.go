@@ -88,6 +88,11 @@ type Parity struct {
 	CondFP32Served      float64  `json:"cond_fp32_served"`
 	CondBound           float64  `json:"cond_bound"`
 	CondCeiling         float64  `json:"cond_ceiling"`
+	UncondRelL2         *float64 `json:"uncond_rel_l2,omitempty"`
+	UncondFP32Reference *float64 `json:"uncond_fp32_reference,omitempty"`
+	UncondFP32Served    *float64 `json:"uncond_fp32_served,omitempty"`
+	UncondBound         *float64 `json:"uncond_bound,omitempty"`
+	UncondCeiling       *float64 `json:"uncond_ceiling,omitempty"`
 	MaxAbsFP32Reference float64  `json:"max_abs_fp32_reference"`
 	MaxAbsFP32Served    float64  `json:"max_abs_fp32_served"`
 	MaxAbsBound         float64  `json:"max_abs_bound"`

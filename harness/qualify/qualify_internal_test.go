@@ -3,6 +3,7 @@ package qualify
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"image"
 	"image/color"
@@ -157,7 +158,16 @@ func TestReferenceOutputsAreCompared(t *testing.T) {
 	r, errs = run()
 	require.Empty(t, errs)
 	assert.Equal(t, "2 outputs match the bundle's reference outputs (lowest mean SSIM 1.000, at least 0.850; "+
-		"made elsewhere (no recipe.json): their engine and layout are unknown)", r.summary(runNative))
+		"made by a pipeline no recipe.json names: their engine and layout are unknown)", r.summary(runNative))
+	assert.Equal(t, "the bundle's reference outputs are not known to be made elsewhere: no recipe.json names the pipeline that made them", r.capWhy(),
+		"unnamed: compared, but they lift no cap")
+	// Made by another pipeline, which their recipe names: the only ones that lift the cap.
+	require.NoError(t, os.WriteFile(filepath.Join(refs, recipeFile), []byte(`{"written_by": "upstream", "pipeline": "plain diffusers 0.42.1 QwenImageEditPlusPipeline"}`), 0o644))
+	assert.Empty(t, r.capWhy())
+	assert.Contains(t, r.summary(runNative), "match the bundle's reference outputs, made by plain diffusers 0.42.1 QwenImageEditPlusPipeline (")
+	require.NoError(t, os.WriteFile(filepath.Join(refs, recipeFile), []byte(`{"written_by": "upstream"}`), 0o644))
+	assert.Equal(t, "the bundle's reference outputs are not known to be made elsewhere: their recipe.json names no pipeline", r.capWhy())
+	require.NoError(t, os.Remove(filepath.Join(refs, recipeFile)))
 
 	writePNG(filepath.Join(refs, "dog-grey.png"), 23) // another output for the same input
 	r, errs = run()
@@ -186,6 +196,18 @@ func TestReferenceOutputsAreCompared(t *testing.T) {
 	assert.Empty(t, errs)
 	assert.Equal(t, 2, r.compared, "the next run holds the outputs to them")
 	assert.Contains(t, r.summary(native), "made with this run's runtime (engine regional-compile, layout single)")
+	// ... as a regression baseline of the same pipeline, which lifts no cap (before, it did:
+	// the pipeline was then compared with itself).
+	assert.Contains(t, r.summary(native), "2 outputs match the regression baseline this suite wrote earlier")
+	assert.Contains(t, r.capWhy(), "a regression baseline of the same pipeline, not outputs made elsewhere")
+	var rec recipe
+	b, err := os.ReadFile(filepath.Join(refs, recipeFile))
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(b, &rec))
+	assert.Equal(t, suitePipeline, rec.Pipeline)
+	require.NoError(t, os.WriteFile(filepath.Join(refs, recipeFile), bytes.Replace(b, []byte(`"pipeline": "mediaqual native path",`), nil, 1), 0o644))
+	assert.Contains(t, r.capWhy(), "regression baseline", "a recipe written before it named the pipeline: its written_by says the suite")
+	require.NoError(t, os.WriteFile(filepath.Join(refs, recipeFile), b, 0o644))
 
 	// Keyed by runtime: a later run under another engine or layout is told so, per input.
 	other := nativeOutputs{}

@@ -75,7 +75,8 @@ func (r *referenceOutputs) write(native nativeOutputs, w spec.Capability, asked 
 	if err := os.MkdirAll(r.dir, 0o755); err != nil {
 		return 0, err
 	}
-	rec := recipe{WrittenBy: "mediaqual's correctness stage (" + EnvWriteReferenceOutputs + "=1): the native path's outputs", Inputs: map[string]api.Actual{}}
+	rec := recipe{WrittenBy: "mediaqual's correctness stage (" + EnvWriteReferenceOutputs + "=1): the native path's outputs",
+		Pipeline: suitePipeline, Inputs: map[string]api.Actual{}}
 	for key, n := range native {
 		b, err := os.ReadFile(n.Path)
 		if err == nil {
@@ -97,14 +98,68 @@ func (r *referenceOutputs) write(native nativeOutputs, w spec.Capability, asked 
 	return len(native), nil
 }
 
-// recipeFile, beside reference outputs this suite wrote, says what the native path ran for
-// each (settings, precision, engine, layout): outputs keyed by their runtime, so a later
-// comparison can say whether it ran the same one. Outputs made upstream carry none.
+// recipeFile, beside reference outputs, says what made them: the pipeline (this suite's
+// native path, or another one, named), and for those this suite wrote what the native path ran
+// for each (settings, precision, engine, layout), so a later comparison can say whether it ran
+// the same runtime.
 const recipeFile = "recipe.json"
 
+// suitePipeline is recipe.Pipeline for outputs this suite's correctness stage wrote: a later
+// run is then held to an earlier one of the same pipeline (a regression baseline), never to
+// outputs made elsewhere.
+const suitePipeline = "mediaqual native path"
+
 type recipe struct {
-	WrittenBy string                `json:"written_by"`
-	Inputs    map[string]api.Actual `json:"inputs"`
+	WrittenBy string `json:"written_by"`
+	// Pipeline names what made the outputs: suitePipeline, or another pipeline (e.g. "plain
+	// diffusers 0.42.1 WanPipeline, docs/GPU.md's recipe"); only another one's outputs hold
+	// this suite's pipeline to something it did not make.
+	Pipeline string                `json:"pipeline,omitempty"`
+	Inputs   map[string]api.Actual `json:"inputs"`
+}
+
+// Where the bundle's reference outputs came from (referenceOutputs.origin).
+const (
+	originSuite   = "suite"   // this suite wrote them: a regression baseline
+	originOther   = "other"   // another pipeline, named by their recipe
+	originUnnamed = "unnamed" // no recipe names what made them
+)
+
+// origin says who made the reference outputs: originSuite (the recipe says this suite wrote
+// them), originOther with the pipeline's name, or originUnnamed with why.
+func (r *referenceOutputs) origin() (string, string) {
+	b, err := os.ReadFile(filepath.Join(r.dir, recipeFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return originUnnamed, "no " + recipeFile + " names the pipeline that made them"
+	}
+	var rec recipe
+	if err == nil {
+		err = json.Unmarshal(b, &rec)
+	}
+	switch {
+	case err != nil:
+		return originUnnamed, fmt.Sprintf("their %s is unreadable (%v)", recipeFile, err)
+	case rec.Pipeline == suitePipeline || strings.Contains(rec.WrittenBy, EnvWriteReferenceOutputs):
+		return originSuite, "written by this suite (" + recipeFile + ": " + EnvWriteReferenceOutputs + "=1)"
+	case strings.TrimSpace(rec.Pipeline) == "":
+		return originUnnamed, "their " + recipeFile + " names no pipeline"
+	}
+	return originOther, rec.Pipeline
+}
+
+// capWhy is why the bundle's reference outputs leave the family-validated cap in place, ""
+// where they lift it: outputs of another pipeline, named by their recipe.
+func (r *referenceOutputs) capWhy() string {
+	if r == nil || !r.present() {
+		return "the bundle carries no reference outputs (" + spec.ReferenceOutputsDir + "/): the served outputs equal the native path's, but nothing made elsewhere holds that pipeline's outputs"
+	}
+	switch kind, why := r.origin(); kind {
+	case originSuite:
+		return "the bundle's reference outputs were " + why + ": a regression baseline of the same pipeline, not outputs made elsewhere"
+	case originUnnamed:
+		return "the bundle's reference outputs are not known to be made elsewhere: " + why
+	}
+	return ""
 }
 
 // runtimeNote says how this run's runtime (engine, layout) stands to the one the reference
@@ -113,7 +168,7 @@ type recipe struct {
 func (r *referenceOutputs) runtimeNote(native nativeOutputs) string {
 	b, err := os.ReadFile(filepath.Join(r.dir, recipeFile))
 	if errors.Is(err, fs.ErrNotExist) {
-		return "made elsewhere (no " + recipeFile + "): their engine and layout are unknown"
+		return "made by a pipeline no " + recipeFile + " names: their engine and layout are unknown"
 	}
 	var rec recipe
 	if err == nil {
@@ -139,6 +194,9 @@ func (r *referenceOutputs) runtimeNote(native nativeOutputs) string {
 			other = append(other, fmt.Sprintf("%s: made with %s, this run %s", key, runtime(was), runtime(now)))
 		}
 	}
+	if kind, name := r.origin(); kind == originOther && len(rec.Inputs) == 0 {
+		return "made by " + name + ": their engine and layout are its own"
+	}
 	if len(other) > 0 {
 		return "another runtime, so bytes may differ (" + strings.Join(other, "; ") + ")"
 	}
@@ -154,14 +212,24 @@ func (r *referenceOutputs) summary(native nativeOutputs) string {
 	if !r.present() {
 		return "the bundle carries no reference outputs (" + spec.ReferenceOutputsDir + "/): not compared"
 	}
-	return fmt.Sprintf("%d outputs match the bundle's reference outputs (lowest mean SSIM %.3f, at least %.3f; %s)",
-		r.compared, r.lowest, r.c.MinSSIM, r.runtimeNote(native))
+	what := "the bundle's reference outputs"
+	switch kind, name := r.origin(); kind {
+	case originSuite:
+		what = "the regression baseline this suite wrote earlier (" + recipeFile + ": " + EnvWriteReferenceOutputs + "=1; the same pipeline, so a change shows, not an error both runs share)"
+	case originOther:
+		what += ", made by " + name
+	}
+	return fmt.Sprintf("%d outputs match %s (lowest mean SSIM %.3f, at least %.3f; %s)",
+		r.compared, what, r.lowest, r.c.MinSSIM, r.runtimeNote(native))
 }
 
 // servedAgainstReferences says what holds the served outputs when there is no native path: the
 // bundle's reference outputs, compared with them in the artifacts stage, or nothing.
 func (c *caseRun) servedAgainstReferences() string {
 	if r := c.referenceOutputs(); r != nil && r.present() {
+		if kind, _ := r.origin(); kind == originSuite {
+			return "the served outputs are held to the regression baseline this suite wrote earlier (the bundle's reference outputs) in the artifacts stage instead"
+		}
 		return "the served outputs are held to the bundle's reference outputs in the artifacts stage instead"
 	}
 	return "and no reference outputs here (" + spec.ReferenceOutputsDir + "/ in the bundle) to hold the served outputs to: their correctness rests on the family's criteria alone"

@@ -81,12 +81,14 @@ func (c *caseRun) serve() (*serving, string, error) {
 	if err := check.Reconcile(served, lookup, c.Entry); err != nil {
 		return nil, "", err
 	}
+	runtime := parityServed{Branches: c.Entry.Defaults.Guidance > 1}
 	for _, m := range served {
 		if m.ID == c.Entry.ID {
 			if !s.External {
 				c.Row.Mode = "mediaserve launched by the suite, " + m.Runtime + " Task runtime"
 			}
 			c.Row.Layout, s.lanes = layout(m), m.Lanes
+			runtime.Layout = m.Layout
 			if m.Parity != nil {
 				p := spec.Parity(*m.Parity)
 				c.Row.Parity = &p
@@ -96,7 +98,11 @@ func (c *caseRun) serve() (*serving, string, error) {
 	if c.Entry.Engine != "" && !s.External {
 		c.Row.Engine = cmp.Or(c.Config.Engine, c.Entry.Engine)
 	}
-	if err := checkParity(c.Row.Parity, c.Row.Engine, c.Row.Layout); err != nil {
+	runtime.Engine = c.Row.Engine
+	if c.Entry.Engine != "" && s.External {
+		runtime.Engine = "unknown (the endpoint does not say)"
+	}
+	if err := c.parity(s, runtime); err != nil {
 		return nil, "", err
 	}
 	refused, err := c.refusals(s)

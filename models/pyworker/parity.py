@@ -8,33 +8,46 @@ seeded latents, both guidance branches, the scheduler step included):
              measured on every card whatever its memory
   served     after the layout and the engine are applied and warmed up; eager on one device
              with no fault is the reference itself, and says so instead of comparing
-Each run keeps three quantities: the transformer's conditional prediction (its first call of
-the step, unguided), the guided prediction the scheduler was handed (the branches combined as
+Each run keeps four quantities: the transformer's conditional prediction (its first call of the
+step, unguided), its unconditional prediction (the second call, where the step runs two: the
+guidance branches), the guided prediction the scheduler was handed (the branches combined as
 the pipeline combines them) and the latents the scheduler made of it.
 
 The bound: a correct served runtime is another rounding of the same arithmetic, so on each
 prediction it is no farther from fp32 than FLOOR_FACTOR times eager bf16's own distance, and
 its latents' largest difference from fp32's is within MAX_ABS_FACTOR times eager bf16's. The
-conditional prediction has the smallest floor (the guidance scale multiplies bf16 rounding in
-the guided one), so it sees the smallest faults; the guided one sees a guidance branch lost or
-duplicated, which leaves the conditional one as it was. A floor over its CEILING says the fp32
-reference itself is broken (finite garbage would otherwise widen the bound): refused.
+two unguided predictions have the smallest floors (the guidance scale multiplies bf16 rounding
+in the guided one), so they see the smallest faults. A guidance branch lost or duplicated
+leaves the conditional prediction as it was and moves the unconditional one (to zeros, or to
+the conditional prediction: by as far as the two prompts' predictions differ); the guided one
+sees it too, except where the pipeline takes most of it away (Qwen-Image-Edit rescales the
+guided prediction to the conditional one's norm). A floor over its CEILING says the fp32
+reference itself is broken (finite garbage would otherwise widen the bound): refused. The
+factors and ceilings are models/spec/parity.json, which the suite reads too.
 
 torch is imported by the caller; this module takes the torch module as an argument.
 """
 
 import functools
+import json
 import logging
+import os
 
-FLOOR_FACTOR = 2.0  # a prediction's bound: this many times eager bf16's distance to fp32
-MAX_ABS_FACTOR = 4.0  # the latents' bound: a largest difference is noisier than an L2 norm
+# Parity's contract, shared with the suite (models/spec/parity.go reads the same file).
+CONTRACT_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "spec", "parity.json")
+with open(CONTRACT_FILE) as _f:
+    CONTRACT = json.load(_f)
+FLOOR_FACTOR = CONTRACT["floor_factor"]  # a prediction's bound: this many times eager bf16's distance to fp32
+MAX_ABS_FACTOR = CONTRACT["max_abs_factor"]  # the latents' bound: a largest difference is noisier than an L2 norm
 # The largest eager-bf16-to-fp32 distance parity accepts as a floor. Measured on the H200
 # (docs/PERFORMANCE.md): guided 5.42 % (Wan2.1), 6.68 % (Wan2.2), 7.32 % (Qwen-Image-Edit);
-# unguided, one Wan2.1 forward, 1.46 %. About twice the largest guided one; for the conditional,
-# four times the unguided one, room for the L0 bundles' sharp attention and open gates (l0.py),
-# whose floors these runs measure. A broken fp32 path lands far above either.
-CEILING = {"cond": 0.06, "guided": 0.15}
-QUANTITIES = ("cond", "guided")
+# unguided, one Wan2.1 forward, 1.46 %. About twice the largest guided one; for the two unguided
+# ones, four times the unguided one, room for the L0 bundles' sharp attention and open gates
+# (l0.py), whose floors these runs measure. A broken fp32 path lands far above either.
+CEILING = CONTRACT["ceiling"]
+QUANTITIES = ("cond", "uncond", "guided")
+# Each quantity's prefix in the figures (the guided prediction's figures came first and have none).
+PREFIX = {"cond": "cond_", "uncond": "uncond_", "guided": ""}
 REFERENCE = "eager, one device, before layout and engine"
 IS_REFERENCE = "is the reference"
 
@@ -62,17 +75,22 @@ class _FirstStepTaken(Exception):
 
 
 class StepProbe:
-    """Keeps the first scheduler step of a pipeline call (the transformer's first output, its
-    model_output and the latents it returned) and ends the call there: a forward wrapper and a
-    scheduler.step wrapper for the values, and an exception from the step-end callback for the
-    rest, as a cancelled job ends. Raising works for every pipeline with a
+    """Keeps the first scheduler step of a pipeline call (the transformer's first and second
+    outputs, its model_output and the latents it returned) and ends the call there: a forward
+    wrapper and a scheduler.step wrapper for the values, and an exception from the step-end
+    callback for the rest, as a cancelled job ends. Raising works for every pipeline with a
     callback_on_step_end, a modular one included (MiniMax-H3's loop calls it from the adapter's
     hook block but has no interrupt flag).
+
+    The pipelines call the transformer for the conditional branch first, then for the
+    unconditional one (cache_context "cond", then "uncond"); a step of one call (no guidance
+    branches: MiniMax-H3, guidance-distilled) has no unconditional prediction (None).
 
     deferred: the layout fills a step's outputs only once both branches' calls are in
     (parallel.Branches: cfg-2 hands back a placeholder from the first call), so the first
     output is read again after the second call. Otherwise it is copied at once (a CUDA graph
-    replays into the same output buffer for the second call)."""
+    replays into the same output buffer for the second call). The second call's output is
+    complete when it returns, either way, and copied at once."""
 
     def __init__(self, pipe, deferred=False):
         self.pipe = pipe
@@ -80,14 +98,14 @@ class StepProbe:
         self.got = None
 
     def run(self, call, kwargs):
-        """call(**kwargs) with this probe's hooks; returns {"cond", "guided", "latents"} of the
-        first step, in fp32 on the device."""
+        """call(**kwargs) with this probe's hooks; returns {"cond", "uncond", "guided", "latents"}
+        of the first step, in fp32 on the device ("uncond" None for a step of one call)."""
         sched, model = self.pipe.scheduler, self.pipe.transformer
         step = sched.step
         own_forward = vars(model).get("forward")  # a layout's or an engine's, if any
         forward = model.forward
         self.got = None
-        first = {"calls": 0, "out": None, "copy": None}
+        first = {"calls": 0, "out": None, "copy": None, "uncond": None}
 
         @functools.wraps(forward)
         def counted(*args, **kw):
@@ -97,8 +115,10 @@ class StepProbe:
                 t = out[0] if isinstance(out, tuple) else out.sample
                 if first["calls"] == 1:
                     first["out"], first["copy"] = t, t.float().clone()
-                elif first["calls"] == 2 and self.deferred:
-                    first["copy"] = first["out"].float().clone()
+                elif first["calls"] == 2:
+                    first["uncond"] = t.float().clone()
+                    if self.deferred:
+                        first["copy"] = first["out"].float().clone()
             return out
 
         def first_step(model_output, timestep, sample, *args, **kw):
@@ -106,7 +126,8 @@ class StepProbe:
             if self.got is None:
                 latents = out[0] if isinstance(out, tuple) else out.prev_sample
                 cond = first["copy"] if first["copy"] is not None else model_output.float().clone()
-                self.got = {"cond": cond, "guided": model_output.float().clone(), "latents": latents.float().clone()}
+                self.got = {"cond": cond, "uncond": first["uncond"], "guided": model_output.float().clone(),
+                            "latents": latents.float().clone()}
             return out
 
         def stop(p, i, t, cb_kwargs):
@@ -208,8 +229,9 @@ class FP32:
 
 
 def _distances(runs, a, b):
-    """{quantity: relative L2 of runs[a] to runs[b]} and the latents' max abs difference."""
-    out = {q: relative_l2(runs[a][q], runs[b][q]) for q in QUANTITIES}
+    """{quantity: relative L2 of runs[a] to runs[b]} (None where either has no such quantity: a
+    step of one call has no unconditional prediction) and the latents' max abs difference."""
+    out = {q: None if runs[a][q] is None or runs[b][q] is None else relative_l2(runs[a][q], runs[b][q]) for q in QUANTITIES}
     out["max_abs"] = max_abs(runs[a]["latents"], runs[b]["latents"])
     return out
 
@@ -218,25 +240,42 @@ def figures(reference, served, fp32, served_as="", fault=None):
     """The parity figures and verdict of served against reference, each StepProbe.run's dict,
     with fp32 the floor; served None: the served runtime is the reference itself (eager, one
     device), which says so instead of a 0. served_as names it; fault, an injected wrong
-    runtime (faults.py), is reported with the figures."""
+    runtime (faults.py), is reported with the figures. Where eager's step made one transformer
+    call (no unconditional branch) the unconditional figures are null; where it made two, a
+    served or fp32 step of one call fails."""
     floor = _distances({"r": reference, "f": fp32}, "r", "f")
     out = {"reference": REFERENCE, "served": served_as or IS_REFERENCE}
     if fault:
         out["fault"] = fault
     if served is None:
         out["served"] = IS_REFERENCE
-        out["rel_l2"] = out["cond_rel_l2"] = out["max_abs"] = None
+        for q in QUANTITIES:
+            out[PREFIX[q] + "rel_l2"] = None
+        out["max_abs"] = None
         far = floor
     else:
         near = _distances({"s": served, "r": reference}, "s", "r")
-        out["rel_l2"], out["cond_rel_l2"], out["max_abs"] = near["guided"], near["cond"], near["max_abs"]
+        for q in QUANTITIES:
+            out[PREFIX[q] + "rel_l2"] = near[q]
+        out["max_abs"] = near["max_abs"]
         far = _distances({"s": served, "f": fp32}, "s", "f")
     failed = []
-    for q, key in (("guided", ""), ("cond", "cond_")):
+    for q in ("guided", "cond", "uncond"):
+        key = PREFIX[q]
+        if reference[q] is None:  # one call a step: no unconditional branch to measure
+            for k in ("fp32_reference", "fp32_served", "bound", "ceiling"):
+                out[key + k] = None
+            continue
+        out[key + "ceiling"] = CEILING[q]
+        if floor[q] is None or far[q] is None:
+            out[key + "fp32_reference"] = floor[q]
+            out[key + "fp32_served"] = far[q]
+            out[key + "bound"] = None if floor[q] is None else FLOOR_FACTOR * floor[q]
+            failed.append("its step made one transformer call where eager's made two: no %s prediction to hold" % q)
+            continue
         out[key + "fp32_reference"] = floor[q]
         out[key + "fp32_served"] = far[q]
         out[key + "bound"] = FLOOR_FACTOR * floor[q]
-        out[key + "ceiling"] = CEILING[q]
         if not floor[q] <= CEILING[q]:  # NaN fails too
             failed.append("the %s prediction's floor %.4g is over its ceiling %.4g: the fp32 reference is broken" % (q, floor[q], CEILING[q]))
         elif not far[q] <= out[key + "bound"]:
@@ -274,11 +313,12 @@ def summary(fig, verdict=True):
     if fig["served"] == IS_REFERENCE:
         near = "served is the reference (%s)" % fig["reference"]
     else:
-        near = "against eager: cond %s, guided %s, latents max abs %s" % (_g(fig["cond_rel_l2"]), _g(fig["rel_l2"]), _g(fig["max_abs"]))
-    line = "parity: %s; to fp32, served (eager bf16): cond %s (%s) bound %s, guided %s (%s) bound %s, latents max abs %s (%s) bound %s" % (
-        near, _g(fig["cond_fp32_served"]), _g(fig["cond_fp32_reference"]), _g(fig["cond_bound"]),
-        _g(fig["fp32_served"]), _g(fig["fp32_reference"]), _g(fig["bound"]),
-        _g(fig["max_abs_fp32_served"]), _g(fig["max_abs_fp32_reference"]), _g(fig["max_abs_bound"]))
+        near = "against eager: cond %s, uncond %s, guided %s, latents max abs %s" % (
+            _g(fig["cond_rel_l2"]), _g(fig.get("uncond_rel_l2")), _g(fig["rel_l2"]), _g(fig["max_abs"]))
+    far = ", ".join("%s %s (%s) bound %s" % (q, _g(fig.get(PREFIX[q] + "fp32_served")), _g(fig.get(PREFIX[q] + "fp32_reference")),
+                                             _g(fig.get(PREFIX[q] + "bound"))) for q in ("cond", "uncond", "guided"))
+    line = "parity: %s; to fp32, served (eager bf16): %s, latents max abs %s (%s) bound %s" % (
+        near, far, _g(fig["max_abs_fp32_served"]), _g(fig["max_abs_fp32_reference"]), _g(fig["max_abs_bound"]))
     if verdict:
         line += ": " + ("passed" if fig["passed"] else "FAILED")
     return line

@@ -17,8 +17,12 @@ class FiguresTest(unittest.TestCase):
     """The verdict's arithmetic on hand-made tensors."""
 
     @staticmethod
-    def step(torch, cond, guided, latents=0.0):
-        return {"cond": torch.ones(4) * cond, "guided": torch.ones(4) * guided, "latents": torch.ones(4) * latents}
+    def step(torch, cond, guided, latents=0.0, uncond=None):
+        """A step's quantities, each a constant; the unconditional prediction the conditional
+        one's unless given."""
+        uncond = cond if uncond is None else uncond
+        return {"cond": torch.ones(4) * cond, "uncond": torch.ones(4) * uncond, "guided": torch.ones(4) * guided,
+                "latents": torch.ones(4) * latents}
 
     @testing.needs("torch")
     def test_each_quantity_has_its_own_bound(self):
@@ -31,16 +35,22 @@ class FiguresTest(unittest.TestCase):
         ok = parity.figures(ref, run(1.005, 1.02, 0.0), fp32, "engine x, layout single")
         self.assertTrue(ok["passed"], ok)
         self.assertAlmostEqual(ok["cond_bound"], 2 * ok["cond_fp32_reference"])
+        self.assertAlmostEqual(ok["uncond_bound"], 2 * ok["uncond_fp32_reference"])
         self.assertAlmostEqual(ok["bound"], 2 * ok["fp32_reference"])
         self.assertAlmostEqual(ok["max_abs_bound"], 4 * 0.01)
         # 3 % off fp32 on the conditional prediction: inside the guided bound (10 %), outside its own (2 %).
-        cond = parity.figures(ref, run(1.04, 1.05, 0.01), fp32, "engine x, layout single")
+        cond = parity.figures(ref, self.step(torch, 1.04, 1.05, 0.01, uncond=1.005), fp32, "engine x, layout single")
         self.assertFalse(cond["passed"], cond)
         self.assertEqual(len(cond["failed"]), 1, cond)
         self.assertIn("cond prediction", cond["failed"][0])
         # A guidance branch duplicated: the conditional prediction exact, the guided one far.
         guided = parity.figures(ref, run(1.0, 1.3, 0.01), fp32, "engine x, layout single")
         self.assertEqual([f.split(" ")[1] for f in guided["failed"]], ["guided"], guided)
+        # The same where the pipeline takes it out of the guided prediction (Qwen-Image-Edit's
+        # rescale): the unconditional prediction has its own bound, and sees it alone.
+        uncond = parity.figures(ref, self.step(torch, 1.0, 1.05, 0.01, uncond=1.06), fp32, "engine x, layout single")
+        self.assertEqual([f.split(" ")[1] for f in uncond["failed"]], ["uncond"], uncond)
+        self.assertAlmostEqual(uncond["uncond_rel_l2"], 0.06, places=6)
         # The latents far off in one place: neither prediction over its bound, the max abs is.
         spike = run(1.0, 1.0, 0.0)
         spike["latents"][0] = 0.5
@@ -61,7 +71,7 @@ class FiguresTest(unittest.TestCase):
 
         run = lambda c, g, l=0.0: self.step(torch, c, g, l)  # noqa: E731
         ref, fp32 = run(1.0, 1.0), run(1.01, 1.05, 0.01)
-        for q in ("cond", "guided", "latents"):
+        for q in ("cond", "uncond", "guided", "latents"):
             nan = run(1.0, 1.0)
             nan[q][1] = math.nan
             self.assertFalse(parity.figures(ref, nan, fp32, "x")["passed"], "NaN in %s never passes" % q)
@@ -70,9 +80,28 @@ class FiguresTest(unittest.TestCase):
         garbage = run(3.0, 3.0, 2.0)
         f = parity.figures(ref, run(2.0, 2.0, 1.0), garbage, "x")
         self.assertFalse(f["passed"], f)
-        self.assertEqual([m.split(" ")[1] for m in f["failed"]], ["guided", "cond"], f)
+        self.assertEqual([m.split(" ")[1] for m in f["failed"]], ["guided", "cond", "uncond"], f)
         self.assertIn("over its ceiling 0.06: the fp32 reference is broken", f["failed"][1])
         self.assertFalse(parity.figures(ref, None, garbage)["passed"], "eager's own floor is held to the ceiling too")
+
+    @testing.needs("torch")
+    def test_a_step_of_one_call_has_no_unconditional_prediction(self):
+        """A guidance-distilled pipeline (MiniMax-H3) calls the transformer once a step: its
+        unconditional figures are null and it passes on the rest; a served step that lost the
+        second call eager made is refused."""
+        import torch
+
+        from pyworker import parity
+
+        run = lambda c, g, l=0.0: self.step(torch, c, g, l)  # noqa: E731
+        one = lambda c, g, l=0.0: dict(run(c, g, l), uncond=None)  # noqa: E731
+        f = parity.figures(one(1.0, 1.0), one(1.005, 1.005), one(1.01, 1.01, 0.01), "engine x, layout single")
+        self.assertTrue(f["passed"], f)
+        for k in ("rel_l2", "fp32_reference", "fp32_served", "bound", "ceiling"):
+            self.assertIsNone(f["uncond_" + k], k)
+        self.assertIn("uncond null (null) bound null", parity.summary(f))
+        lost = parity.figures(run(1.0, 1.0), one(1.0, 1.0), run(1.01, 1.05, 0.01), "engine x, layout single")
+        self.assertEqual(lost["failed"], ["its step made one transformer call where eager's made two: no uncond prediction to hold"])
 
     @testing.needs("torch")
     def test_eager_on_one_device_is_the_reference(self):
@@ -86,8 +115,10 @@ class FiguresTest(unittest.TestCase):
         self.assertEqual(f["served"], "is the reference")
         self.assertIsNone(f["rel_l2"])
         self.assertIsNone(f["cond_rel_l2"])
+        self.assertIsNone(f["uncond_rel_l2"])
         self.assertIsNone(f["max_abs"])
         self.assertEqual(f["cond_fp32_served"], f["cond_fp32_reference"])
+        self.assertEqual(f["uncond_fp32_served"], f["uncond_fp32_reference"])
         self.assertIn("served is the reference", parity.summary(f))
 
 
@@ -140,13 +171,16 @@ class PrepareTest(unittest.TestCase):
         b = self.prepare(1.0)
         p = b.parity
         self.assertTrue(p["passed"], p)
-        self.assertEqual((p["rel_l2"], p["cond_rel_l2"], p["max_abs"]), (0.0, 0.0, 0.0), "eager's arithmetic, run again: bit for bit")
-        for q in ("", "cond_", "max_abs_"):
+        self.assertEqual((p["rel_l2"], p["cond_rel_l2"], p["uncond_rel_l2"], p["max_abs"]), (0.0, 0.0, 0.0, 0.0),
+                         "eager's arithmetic, run again: bit for bit")
+        for q in ("", "cond_", "uncond_", "max_abs_"):
             floor = p[q + "fp32_reference"]
             self.assertGreater(floor, 0.0, q)
             self.assertEqual(p[q + "fp32_served"], floor, q)
         self.assertLess(p["cond_fp32_reference"], p["fp32_reference"], "the unguided prediction has the smaller floor")
-        self.assertIn("parity: against eager: cond 0, guided 0, latents max abs 0", "\n".join(self.logs))
+        self.assertLess(p["uncond_fp32_reference"], p["fp32_reference"], "so has the other unguided one")
+        self.assertNotEqual(p["uncond_fp32_reference"], p["cond_fp32_reference"], "the second call, not the first again")
+        self.assertIn("parity: against eager: cond 0, uncond 0, guided 0, latents max abs 0", "\n".join(self.logs))
         b.l0_random = True
         self.assertEqual(b.ready_info()["parity"], p, "ready carries the figures")
 
@@ -223,13 +257,13 @@ class PrepareTest(unittest.TestCase):
             self.prepare(1.1)
 
     def test_nan_is_refused(self):
-        with self.assertRaisesRegex(self.parity.ParityError, r"engine scaled-nan, layout single .*cond nan, guided nan"):
+        with self.assertRaisesRegex(self.parity.ParityError, r"engine scaled-nan, layout single .*cond nan, uncond nan, guided nan"):
             self.prepare(float("nan"))
 
     def test_every_fault_is_refused_with_its_figures(self):
         """Each wrong runtime of faults.py, injected at load by MEDIAQUAL_PARITY_FAULT on the eager
         engine, is refused by prepare, naming it; the conditional prediction sees every one but
-        the guidance branches' (which leave it exact), the guided one sees those."""
+        the guidance branches' (which leave it exact), the unconditional one sees those."""
         from pyworker import faults
 
         for name in faults.FAULTS:
@@ -240,7 +274,8 @@ class PrepareTest(unittest.TestCase):
                     self.prepare(1.0, "eager")
                 self.assertIn("over the bound", str(e.exception))
                 if name.startswith("branch-"):
-                    self.assertRegex(str(e.exception), r"against eager: cond 0, guided (?!0[,;])")
+                    self.assertRegex(str(e.exception), r"against eager: cond 0, uncond (?!0[,;])")
+                    self.assertIn("its uncond prediction", str(e.exception))
                 else:
                     self.assertIn("its cond prediction", str(e.exception))
         os.environ[faults.ENV] = "no-such-fault"

@@ -325,7 +325,7 @@ class TinyPipelineTest(unittest.TestCase):
     def test_parity_refuses_each_fault_under_its_layout(self):
         """faults.py's wrong runtimes on two ranks (gloo): attention over each rank's half and
         shifted rotary positions under ulysses-2 move the conditional prediction; a cfg-2
-        exchange that duplicated or lost a branch leaves it exact and moves the guided one."""
+        exchange that duplicated or lost a branch leaves it exact and moves the unconditional one."""
         for scenario in self.FAULTS:
             with self.subTest(scenario=scenario):
                 p = self.parallel(scenario)["parity"]
@@ -333,7 +333,7 @@ class TinyPipelineTest(unittest.TestCase):
                 self.assertEqual(p["fault"], scenario.split("=")[1])
                 if "branch" in scenario:
                     self.assertEqual(p["cond_rel_l2"], 0.0, p)
-                    self.assertGreater(p["fp32_served"], p["bound"], p)
+                    self.assertGreater(p["uncond_fp32_served"], p["uncond_bound"], p)
                 else:
                     self.assertGreater(p["cond_fp32_served"], p["cond_bound"], p)
 

@@ -519,14 +519,16 @@ def build(p, out_root, seed=0, device="cuda"):
     # Largest first, one at a time: the device holds at most the transformer.
     def sharpen(t):
         """Every block's joint attention sharp (the image stream's q/k norms and the text
-        stream's) and its residual gates open (the biases of img_mod and txt_mod): what a fault
-        changes has to reach the prediction (l0.py)."""
+        stream's), its residual gates open (the biases of img_mod and txt_mod) and the text
+        stream's values strengthened (add_v_proj): what a fault changes has to reach the
+        prediction (l0.py)."""
         blocks = t.transformer_blocks
         return " ".join([
             l0.sharpen_attention([b.attn for b in blocks], ("norm_q", "norm_k", "norm_added_q", "norm_added_k"),
                                  "every block's joint attention"),
             l0.open_gates([m[1].bias for b in blocks for m in (b.img_mod, b.txt_mod)], blocks[0].dim,
-                          "the biases of each block's img_mod and txt_mod")])
+                          "the biases of each block's img_mod and txt_mod"),
+            l0.strengthen_text([b.attn.add_v_proj for b in blocks], "every block's text stream (add_v_proj)")])
 
     component("transformer", lambda: QwenImageTransformer2DModel(**p["transformer"]), True, save_sharded, sharpen)
 

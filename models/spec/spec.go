@@ -238,9 +238,10 @@ type Actual struct {
 // Parity is a worker's check at load (models/pyworker/parity.py, docs/GPU.md "Parity"): the
 // first denoising step of the warm-up's call at the pinned shape, on the served runtime
 // against eager on one device before any layout or engine, with the fp32 transformer's step
-// (block by block, on every card) as the noise floor. Three quantities: the transformer's
-// conditional (unguided) prediction, the guided one and the latents after the step. A worker
-// outside the bound never becomes ready.
+// (block by block, on every card) as the noise floor. Four quantities: the transformer's
+// conditional (unguided) prediction, its unconditional one (the step's second call, where it
+// runs two: the guidance branches), the guided one and the latents after the step. A worker
+// outside the bound never becomes ready. The bounds' factors and ceilings are ParityBounds.
 type Parity struct {
 	Reference string `json:"reference"`       // what the served step was compared with
 	Served    string `json:"served"`          // the served runtime, or "is the reference" (eager on one device)
@@ -253,14 +254,21 @@ type Parity struct {
 	MaxAbs    *float64 `json:"max_abs"`
 	// Each quantity's distance to fp32, eager bf16's (the floor) and the served runtime's; its
 	// bound (a factor times the floor) and, for the predictions, the ceiling over the floor.
-	FP32Reference       float64  `json:"fp32_reference"`
-	FP32Served          float64  `json:"fp32_served"`
-	Bound               float64  `json:"bound"`
-	Ceiling             float64  `json:"ceiling"`
-	CondFP32Reference   float64  `json:"cond_fp32_reference"`
-	CondFP32Served      float64  `json:"cond_fp32_served"`
-	CondBound           float64  `json:"cond_bound"`
-	CondCeiling         float64  `json:"cond_ceiling"`
+	FP32Reference     float64 `json:"fp32_reference"`
+	FP32Served        float64 `json:"fp32_served"`
+	Bound             float64 `json:"bound"`
+	Ceiling           float64 `json:"ceiling"`
+	CondFP32Reference float64 `json:"cond_fp32_reference"`
+	CondFP32Served    float64 `json:"cond_fp32_served"`
+	CondBound         float64 `json:"cond_bound"`
+	CondCeiling       float64 `json:"cond_ceiling"`
+	// The unconditional prediction's, as the conditional one's; absent (nil) where the step
+	// makes one transformer call (no guidance branches: a guidance-distilled model).
+	UncondRelL2         *float64 `json:"uncond_rel_l2,omitempty"`
+	UncondFP32Reference *float64 `json:"uncond_fp32_reference,omitempty"`
+	UncondFP32Served    *float64 `json:"uncond_fp32_served,omitempty"`
+	UncondBound         *float64 `json:"uncond_bound,omitempty"`
+	UncondCeiling       *float64 `json:"uncond_ceiling,omitempty"`
 	MaxAbsFP32Reference float64  `json:"max_abs_fp32_reference"`
 	MaxAbsFP32Served    float64  `json:"max_abs_fp32_served"`
 	MaxAbsBound         float64  `json:"max_abs_bound"`
@@ -289,15 +297,23 @@ func (p *Parity) String() string {
 		}
 		return fmt.Sprintf("%.3g", *v)
 	}
+	// The unconditional prediction's figures where the step has them.
+	uncondNear, uncondFar := "", ""
+	if p.UncondRelL2 != nil {
+		uncondNear = ", uncond " + g(p.UncondRelL2)
+	}
+	if p.UncondFP32Reference != nil || p.UncondFP32Served != nil || p.UncondBound != nil {
+		uncondFar = fmt.Sprintf(", uncond %s (%s) / %s", g(p.UncondFP32Served), g(p.UncondFP32Reference), g(p.UncondBound))
+	}
 	served := "served is the reference (" + p.Reference + ")"
 	if p.Served != IsReference {
-		served = fmt.Sprintf("%s against eager: cond %s, guided %s, latents max abs %s", p.Served, g(p.CondRelL2), g(p.RelL2), g(p.MaxAbs))
+		served = fmt.Sprintf("%s against eager: cond %s%s, guided %s, latents max abs %s", p.Served, g(p.CondRelL2), uncondNear, g(p.RelL2), g(p.MaxAbs))
 	}
 	if p.Fault != "" {
 		served = "fault " + p.Fault + ", " + served
 	}
-	return fmt.Sprintf("%s; to fp32, served (eager bf16) / bound: cond %.3g (%.3g) / %.3g, guided %.3g (%.3g) / %.3g, latents max abs %.3g (%.3g) / %.3g: %s",
-		served, p.CondFP32Served, p.CondFP32Reference, p.CondBound, p.FP32Served, p.FP32Reference, p.Bound,
+	return fmt.Sprintf("%s; to fp32, served (eager bf16) / bound: cond %.3g (%.3g) / %.3g%s, guided %.3g (%.3g) / %.3g, latents max abs %.3g (%.3g) / %.3g: %s",
+		served, p.CondFP32Served, p.CondFP32Reference, p.CondBound, uncondFar, p.FP32Served, p.FP32Reference, p.Bound,
 		p.MaxAbsFP32Served, p.MaxAbsFP32Reference, p.MaxAbsBound, verdict)
 }
 

@@ -5,3 +5,6 @@
 # then its qualification.
 LIMIT=260 QUALIFY=scripts/gpu-runs/faults-and-qualify.sh bash scripts/gpu-runs/detached.sh start Wan2.1 wan
 WAIT=520 bash scripts/gpu-runs/detached.sh status
+# parity-faults.json and .log alone (as republished at d29da9c, issue #47), from the repository root on
+# the device: $OUT/parity-faults-wan.json and .log
+#   bash scripts/gpu-runs/parity-faults.sh wan
