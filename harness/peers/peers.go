@@ -1,11 +1,14 @@
 // Package peers starts the media servers people run, from their released packages, serving one
 // of mediaqual's reference rows on a CPU: SGLang diffusion (sglang 0.5.23) and vLLM-Omni
-// (vllm-omni 0.30.0 on vllm 0.30.0). Each runs its own app factory, routers, stores and
-// response building unchanged (scripts/peers); the GPU stack is kept out by stand-ins and only
-// the hop to the GPU (SGLang's AsyncSchedulerClient._forward_one, vLLM-Omni's build_async_omni)
-// is replaced by a render through the row's native Task (harness/peers/render), reporting
-// progress, failures and timing the way the peer's own code does. The peers' conformance test (make test) qualifies them
-// through harness/qualify with their wire profiles.
+// (vllm-omni 0.30.0 on vllm 0.30.0). Each runs its own app factory, routers, stores, response
+// building and media path unchanged (scripts/peers), on real torch, diffusers, imageio, PyAV and
+// OpenCV: SGLang's worker saves the video or image itself (its ffmpeg encode), vLLM-Omni's engine
+// post-processes the frames and its server encodes them (PyAV) on its default output path. Only
+// the model is stood in, the pipeline's forward: the row's native Task renders the frames
+// (harness/peers/render) and the stand-in hands them to the peer as the tensors its pipeline
+// returns, reporting progress through the peer's own progress code; the GPU kernels the peers
+// import are inert stand-ins. docs/EXTERNAL.md says file by file what is the peer's. The peers'
+// conformance test (make test) qualifies them through harness/qualify with their wire profiles.
 package peers
 
 import (
