@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/mediaqual/mediaqual/harness/launch"
@@ -59,6 +60,18 @@ func Python(root string) (string, error) {
 	py := filepath.Join(venv, "bin", "python")
 	if _, err := os.Stat(py); err != nil {
 		return "", fmt.Errorf("no peers virtualenv at %s (%v): run `make peers` (make test does) or set %s", venv, err, EnvVenv)
+	}
+	// `make peers` points the venv at the torch venv's site-packages (mediaqual-torch.pth).
+	pth, _ := filepath.Glob(filepath.Join(venv, "lib", "python3*", "site-packages", "mediaqual-torch.pth"))
+	for _, f := range pth {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return "", err
+		}
+		site := strings.TrimSpace(string(b))
+		if _, err := os.Stat(filepath.Join(site, "torch")); err != nil {
+			return "", fmt.Errorf("the peers virtualenv reads torch from %s (%s), which has none: run `make torch` (make test does)", site, f)
+		}
 	}
 	return py, nil
 }
