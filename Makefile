@@ -49,9 +49,11 @@ endif
 # scripts/torch-cpu.txt's digest in VENV_CACHE.
 TORCH_VENV ?= $(or $(MEDIAQUAL_TORCH_VENV),.cache/torch-2.11.0)
 TORCH_SHARED := $(VENV_CACHE)/torch-2.11.0-$(shell sha256sum scripts/torch-cpu.txt | cut -c1-12)
+# Where torch's venv is: TORCH_SHARED unless TORCH_VENV names another place or .cache/torch-2.11.0
+# is a directory of its own (absolute: the peers venv's .pth names it).
+TORCH_DIR := $(abspath $(shell venv=$(TORCH_VENV); if [ "$$venv" = .cache/torch-2.11.0 ] && [ ! -d $$venv -o -L $$venv ]; then venv=$(TORCH_SHARED); fi; echo $$venv))
 torch: python3-venv
-	@venv=$(TORCH_VENV); \
-	if [ "$$venv" = .cache/torch-2.11.0 ] && [ ! -d $$venv -o -L $$venv ]; then venv=$(TORCH_SHARED); fi; \
+	@venv=$(TORCH_DIR); \
 	mkdir -p $$(dirname $$venv); \
 	flock $$venv.lock sh -c 'if ! $$1/bin/python -c "import torch, torchvision, diffusers, transformers, accelerate, numpy" 2>/dev/null; then \
 		echo "installing scripts/torch-cpu.txt into $$1 (CPU torch, diffusers, transformers: about 5 GB, a few minutes)"; \
@@ -59,13 +61,15 @@ torch: python3-venv
 	fi' sh $$venv; \
 	if [ "$$venv" = $(TORCH_SHARED) ]; then mkdir -p .cache && ln -sfn $$venv .cache/torch-2.11.0; fi
 
-# The peers' released HTTP layers (sglang 0.5.23, vllm-omni 0.30.0 on vllm 0.30.0) and the light
-# packages they import, installed --no-deps without their GPU stack (scripts/peers stands in for
-# it), for the peers' conformance test (harness/peers); keyed by scripts/peers/requirements.txt's
-# digest in VENV_CACHE, linked as .cache/peers (MEDIAQUAL_PEERS_VENV puts it anywhere else).
-# About 1.4 GB, most of it vllm's wheel; 76 s to install from pip's cache here.
+# The peers' released HTTP layers (sglang 0.5.23, vllm-omni 0.30.0 on vllm 0.30.0) and every package
+# their media paths import, installed --no-deps, for the peers' conformance test (harness/peers).
+# torch, torchvision and diffusers are the torch venv's, not installed twice: a .pth file puts its
+# site-packages after the peers' own, whose pins come first; scripts/peers stands in for the GPU
+# kernels and the model. Keyed by scripts/peers/requirements.txt's digest and the torch venv's path
+# in VENV_CACHE, linked as .cache/peers (MEDIAQUAL_PEERS_VENV puts it anywhere else). The peers
+# need `make torch` too (make venvs builds both, side by side).
 PEERS_VENV ?= $(or $(MEDIAQUAL_PEERS_VENV),.cache/peers)
-PEERS_SHARED := $(VENV_CACHE)/peers-$(shell sha256sum scripts/peers/requirements.txt | cut -c1-12)
+PEERS_SHARED := $(VENV_CACHE)/peers-$(shell { cat scripts/peers/requirements.txt; echo $(TORCH_DIR); } | sha256sum | cut -c1-12)
 peers: python3-venv
 	@venv=$(PEERS_VENV); \
 	if [ "$$venv" = .cache/peers ] && [ ! -d $$venv -o -L $$venv ]; then venv=$(PEERS_SHARED); fi; \
@@ -73,8 +77,10 @@ peers: python3-venv
 	flock $$venv.lock sh -c 'if [ ! -f $$1/.installed ]; then \
 		echo "installing scripts/peers/requirements.txt (--no-deps) into $$1"; \
 		python3 -m venv --clear $$1 && $$1/bin/pip install -q --disable-pip-version-check --no-deps -r scripts/peers/requirements.txt && \
+		$$1/bin/python -c "import sys, sysconfig; print(sysconfig.get_path(\"purelib\", vars={\"base\": sys.argv[1], \"platbase\": sys.argv[1]}))" $$2 \
+			>$$($$1/bin/python -c "import sysconfig; print(sysconfig.get_path(\"purelib\"))")/mediaqual-torch.pth && \
 		touch $$1/.installed; \
-	fi' sh $$venv; \
+	fi' sh $$venv $(TORCH_DIR); \
 	if [ "$$venv" = $(PEERS_SHARED) ]; then mkdir -p .cache && ln -sfn $$venv .cache/peers; fi
 
 # Debian's Chromium renders the HTML report in its test.

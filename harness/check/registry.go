@@ -57,6 +57,7 @@ var Registry = []Info{
 	{"encode-psnr", []string{"artifacts"}},
 	{"artifact-sha256", []string{"identity"}},
 	{"frame-digests", []string{"identity"}},
+	{"frame-psnr", []string{"identity"}},
 	{"artifact-digest", []string{"influence"}},
 	{"influence-changes-output", []string{"influence"}},
 	{"influence-closer-to-own", []string{"influence"}},

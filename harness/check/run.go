@@ -204,6 +204,44 @@ func EncodePSNR(rawPath string, decoded []*image.RGBA, lossless bool, contract [
 	return box, nil
 }
 
+// FramePSNR is the check "frame-psnr": identity for a server whose encoder is its own, where
+// equal decoded frames are not to be expected. The artifact's decoded frames against the native
+// raw rgb24 frames, one by one: the same count and size, and every frame within MinClipPSNR in
+// ClipBox box means and MinCoarsePSNR in CoarseBox box means. Frame by frame, so a frame dropped,
+// repeated or broken in a slow clip cannot average out over the others as it can in
+// encode-psnr's one figure for the clip.
+func FramePSNR(rawPath string, w, h int, decoded []*image.RGBA) error {
+	pix, err := os.ReadFile(rawPath)
+	if err != nil {
+		return fail("frame-psnr", "the native raw frames: %w", err)
+	}
+	raw := spec.Video{W: w, H: h, N: len(pix) / max(1, 3*w*h), Pix: pix}
+	if err := raw.Check(); err != nil {
+		return fail("frame-psnr", "the native raw frames: %w", err)
+	}
+	if len(decoded) != raw.N {
+		return fail("frame-psnr", "%d decoded frames, %d native", len(decoded), raw.N)
+	}
+	for i, f := range decoded {
+		if f.Rect.Dx() != w || f.Rect.Dy() != h {
+			return fail("frame-psnr", "frame %d is %dx%d, the native frames %dx%d", i, f.Rect.Dx(), f.Rect.Dy(), w, h)
+		}
+		for _, floor := range []struct {
+			box int
+			min float64
+		}{{ClipBox, MinClipPSNR}, {CoarseBox, MinCoarsePSNR}} {
+			mse := boxMSE(f, raw.RGBA(i), floor.box)
+			if mse == 0 {
+				continue
+			}
+			if p := 10 * math.Log10(255*255/mse); p < floor.min {
+				return fail("frame-psnr", "frame %d is %.2f dB from the native frame in %dx%d box means, under the floor of %g dB", i, p, floor.box, floor.box, floor.min)
+			}
+		}
+	}
+	return nil
+}
+
 // boxMSE is the mean squared difference of a and b's R, G and B means over k x k boxes (k 1:
 // pixel by pixel). a and b have the same size.
 func boxMSE(a, b *image.RGBA, k int) float64 {

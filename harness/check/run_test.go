@@ -203,3 +203,38 @@ func TestEncodePSNRMeasuresTheEncoder(t *testing.T) {
 	failsWith(t, err, "encode-psnr")
 	assert.ErrorContains(t, err, "check encode-psnr: the native raw frames")
 }
+
+// FramePSNR holds every frame to the floors on its own: a clip whose one frame is far off
+// fails, naming the frame, where encode-psnr's figure for the whole clip would average it out
+// over the others; and a frame more or less fails.
+func TestFramePSNRHoldsEveryFrame(t *testing.T) {
+	frames := make([]*image.RGBA, 8)
+	for i := range frames {
+		frames[i] = image.NewRGBA(image.Rect(0, 0, 16, 16))
+		for p := range frames[i].Pix {
+			frames[i].Pix[p] = uint8(7*i + p%200)
+			if p%4 == 3 {
+				frames[i].Pix[p] = 255
+			}
+		}
+	}
+	v, err := spec.PackRGBA(frames)
+	require.NoError(t, err)
+	raw := filepath.Join(t.TempDir(), "frames.rgb")
+	require.NoError(t, os.WriteFile(raw, v.Pix, 0o644))
+	require.NoError(t, FramePSNR(raw, 16, 16, frames))
+
+	off := make([]*image.RGBA, len(frames))
+	copy(off, frames)
+	off[5] = image.NewRGBA(frames[5].Rect)
+	for i := range off[5].Pix {
+		off[5].Pix[i] = frames[5].Pix[i] + 12 // 12 levels off: 26.5 dB; over the clip 35.6
+	}
+	err = FramePSNR(raw, 16, 16, off)
+	failsWith(t, err, "frame-psnr")
+	assert.ErrorContains(t, err, "frame 5 is")
+	_, clipErr := EncodePSNR(raw, off, false, nil)
+	assert.NoError(t, clipErr, "one frame in eight averages out over the clip")
+
+	failsWith(t, FramePSNR(raw, 16, 16, frames[:7]), "frame-psnr")
+}

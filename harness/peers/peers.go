@@ -1,11 +1,14 @@
 // Package peers starts the media servers people run, from their released packages, serving one
 // of mediaqual's reference rows on a CPU: SGLang diffusion (sglang 0.5.23) and vLLM-Omni
-// (vllm-omni 0.30.0 on vllm 0.30.0). Each runs its own app factory, routers, stores and
-// response building unchanged (scripts/peers); the GPU stack is kept out by stand-ins and only
-// the hop to the GPU (SGLang's AsyncSchedulerClient._forward_one, vLLM-Omni's build_async_omni)
-// is replaced by a render through the row's native Task (harness/peers/render), reporting
-// progress, failures and timing the way the peer's own code does. The peers' conformance test (make test) qualifies them
-// through harness/qualify with their wire profiles.
+// (vllm-omni 0.30.0 on vllm 0.30.0). Each runs its own app factory, routers, stores, response
+// building and media path unchanged (scripts/peers), on real torch, diffusers, imageio, PyAV and
+// OpenCV: SGLang's worker saves the video or image itself (its ffmpeg encode), vLLM-Omni's engine
+// post-processes the frames and its server encodes them (PyAV) on its default output path. Only
+// the model is stood in, the pipeline's forward: the row's native Task renders the frames
+// (harness/peers/render) and the stand-in hands them to the peer as the tensors its pipeline
+// returns, reporting progress through the peer's own progress code; the GPU kernels the peers
+// import are inert stand-ins. docs/EXTERNAL.md says file by file what is the peer's. The peers'
+// conformance test (make test) qualifies them through harness/qualify with their wire profiles.
 package peers
 
 import (
@@ -14,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/mediaqual/mediaqual/harness/launch"
@@ -56,6 +60,18 @@ func Python(root string) (string, error) {
 	py := filepath.Join(venv, "bin", "python")
 	if _, err := os.Stat(py); err != nil {
 		return "", fmt.Errorf("no peers virtualenv at %s (%v): run `make peers` (make test does) or set %s", venv, err, EnvVenv)
+	}
+	// `make peers` points the venv at the torch venv's site-packages (mediaqual-torch.pth).
+	pth, _ := filepath.Glob(filepath.Join(venv, "lib", "python3*", "site-packages", "mediaqual-torch.pth"))
+	for _, f := range pth {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return "", err
+		}
+		site := strings.TrimSpace(string(b))
+		if _, err := os.Stat(filepath.Join(site, "torch")); err != nil {
+			return "", fmt.Errorf("the peers virtualenv reads torch from %s (%s), which has none: run `make torch` (make test does)", site, f)
+		}
 	}
 	return py, nil
 }

@@ -1,6 +1,7 @@
 package peers_test
 
 import (
+	"encoding/json"
 	"maps"
 	"os"
 	"os/exec"
@@ -28,7 +29,8 @@ type claim struct {
 // to the released packages' source as installed in the peers' virtualenv (sglang 0.5.23,
 // vllm-omni 0.30.0, vllm 0.30.0): the statuses each can emit, how it deletes, where its time
 // field comes from, what its model list says, how it names fields in errors and what it reports
-// it produced. A new release that changes one fails here, naming the claim.
+// it produced; and docs/EXTERNAL.md's account of the peers' media paths (mediaClaims) and of what
+// is stood in (holdStandIns). A new release that changes one fails here, naming the claim.
 func TestProfilesHoldToReleasedSource(t *testing.T) {
 	root, err := filepath.Abs("../..")
 	require.NoError(t, err)
@@ -81,13 +83,17 @@ func TestProfilesHoldToReleasedSource(t *testing.T) {
 		{"vLLM-Omni answers a failed job's poll with its error's status", vo + "api_server.py", `if job\.status == VideoGenerationStatus\.FAILED:\s+status_code = _status_code_for_video_failure`},
 		{"vLLM-Omni's inference_time_s spans generation and the save", vo + "video/generation/helpers.py", `"inference_time_s": time\.perf_counter\(\) - started_at`},
 		{"vLLM-Omni reports the produced fps", vo + "serving_video.py", `metadata\["fps"\] = artifacts\.output_fps`},
-		{"vLLM-Omni reports the frames counted in the MP4", vo + "serving_video.py", `metadata\["num_frames"\] = num_frames`},
+		{"vLLM-Omni reports the frames it encodes (counted in the MP4 on the pre-encoded path alone)", vo + "serving_video.py", `num_frames = count_video_frames\(video\)(?s:.*)metadata\["num_frames"\] = num_frames`},
 		{"vLLM-Omni reports the duration", vo + "serving_video.py", `metadata\["duration_s"\] = num_frames / artifacts\.output_fps`},
 		{"vLLM's error code is an integer", "vllm/entrypoints/serve/engine/protocol.py", `class ErrorInfo\(OpenAIBaseModel\):\s+message: str\s+type: str\s+param: str \| None = None\s+code: int`},
 		{"vLLM names a field by its dotted location (body.<field>)", "vllm/entrypoints/serve/exception_handling/handlers/validation.py", `def clean_loc_for_param\(loc: tuple\) -> str:`},
 	} {
 		assert.Regexp(t, c.re, read(c.file), "%s (%s)", c.what, c.file)
 	}
+	for _, c := range mediaClaims {
+		assert.Regexp(t, c.re, read(c.file), "%s (%s; docs/EXTERNAL.md)", c.what, c.file)
+	}
+	holdStandIns(t, root, python)
 	assert.Equal(t, "body.", wire.VLLMOmni.ParamPrefix)
 	assert.Equal(t, []string{"num_frames", "fps", "duration_s"}, wire.VLLMOmni.Produced)
 
@@ -151,4 +157,86 @@ func sourceFiles(source string) []string {
 		out = append(out, spec)
 	}
 	return out
+}
+
+// mediaClaims are what docs/EXTERNAL.md says of the peers' media paths, each held to the line of
+// the installed source it cites: what runs, what the stand-ins hand over, and the true findings.
+var mediaClaims = []claim{
+	{"SGLang's worker saves the outputs itself (save_outputs)", "sglang/multimodal_gen/runtime/managers/gpu_worker.py", `def _save_output_paths(?s:.*)output_batch\.output_file_paths = save_outputs\(`},
+	{"SGLang's inference_time_s is the worker's time of the forward, before the save", "sglang/multimodal_gen/runtime/managers/gpu_worker.py", `result = forward_fn\(\)(?s:.*)duration_ms = \(time\.monotonic\(\) - start_time\) \* 1000(?s:.*)metrics\.total_duration_ms = duration_ms(?s:.*)self\._finalize_output_batch\(`},
+	{"SGLang's decoded frames are float in [0, 1] (what its stand-in returns)", "sglang/multimodal_gen/runtime/pipelines_core/stages/decoding.py", `return \(image / 2 \+ 0\.5\)\.clamp\(0, 1\)(?s:.*)output_batch = OutputBatch\(\s+output=frames,`},
+	{"SGLang's uint8 conversion truncates", "sglang/multimodal_gen/runtime/entrypoints/utils.py", `sample = \(sample \* 255\)\.clamp\(0, 255\)\.to\(torch\.uint8\)`},
+	{"SGLang's video encoder is imageio-ffmpeg's binary", "sglang/multimodal_gen/runtime/entrypoints/utils.py", `def _resolve_ffmpeg_exe\(\) -> str:\s+# keep the pinned encoder binary: x264 upgrades change lossy video pixels\s+return imageio_ffmpeg\.get_ffmpeg_exe\(\)`},
+	{"SGLang's writer: libx264, preset fast, CRF from quality, yuv420p", "sglang/multimodal_gen/runtime/entrypoints/utils.py", `X264_PRESET = "fast"(?s:.*)def _save_video_ffmpeg\((?s:.*)"libx264",\s+"-preset",\s+x264_preset or X264_PRESET,\s+"-pix_fmt",\s+"yuv420p",\s+"-crf",\s+str\(int\(\(1 - quality / 10\.0\) \* 51\)\)`},
+	{"SGLang's default quality is 5 (CRF 25)", "sglang/multimodal_gen/runtime/entrypoints/utils.py", `quality = output_compression / 10 if output_compression is not None else 5`},
+	{"SGLang's writer scales a size that is not a multiple of 16 up to one", "sglang/multimodal_gen/runtime/entrypoints/utils.py", `if width % 16 or height % 16:\s+command \+= \[\s+"-vf",\s+f"scale=\{\(width \+ 15\) // 16 \* 16\}:\{\(height \+ 15\) // 16 \* 16\}",`},
+	{"SGLang saves a CUDA video another way (CudaVideoEncoder), a CPU one through _save_video_ffmpeg", "sglang/multimodal_gen/runtime/entrypoints/utils.py", `if not hasattr\(os, "memfd_create"\) or device\.type != "cuda":\s+return None`},
+	{"vLLM-Omni's Wan forward returns the VAE's decode as NORMALIZED_FLOAT media in [-1, 1] unless preencode_mp4", "vllm_omni/diffusion/models/wan2_2/pipeline_wan2_2.py", `if preencode_mp4:\s+output = decode_to_mp4\((?s:.*)encoding=VideoTensorEncoding\.NORMALIZED_FLOAT,\s+value_range=VideoValueRange\.NEGATIVE_ONE_TO_ONE,`},
+	{"vLLM-Omni's Wan forward floors the size to 16 and rounds the frames to 4k+1 (inside the stood-in forward)", "vllm_omni/diffusion/models/wan2_2/pipeline_wan2_2.py", `height = \(height // mod_value\) \* mod_value(?s:.*)num_frames = num_frames // self\.vae_scale_factor_temporal \* self\.vae_scale_factor_temporal \+ 1`},
+	{"vLLM-Omni's Qwen-Image-Edit forward returns the decode's first frame", "vllm_omni/diffusion/models/qwen_image/pipeline_qwen_image_edit_plus.py", `image = self\.vae\.decode\(latents, return_dict=False\)\[0\]\[:, :, 0\]`},
+	{"vLLM-Omni's engine finalizes video media through diffusers' VideoProcessor", "vllm_omni/diffusion/postprocess/media.py", `frames = VideoProcessor\(vae_scale_factor=8\)\.postprocess_video\(`},
+	{"vLLM-Omni's engine runs the pipeline's post_process_func on legacy output", "vllm_omni/diffusion/diffusion_engine.py", `outputs = finalize_diffusion_media\(media, sampling_params=request\.sampling_params\)(?s:.*)outputs = self\.post_process_func\(output_data, \*\*postprocess_kwargs\)`},
+	{"vLLM-Omni's server encodes frames itself unless they arrive as MP4 bytes", "vllm_omni/entrypoints/openai/serving_video.py", `if isinstance\(artifacts\.videos\[0\], bytes\):(?s:.*)video_bytes = _encode_video_bytes\(`},
+	{"vLLM-Omni's encoder defaults: preset ultrafast", "vllm_omni/entrypoints/openai/serving_video.py", `video_codec_options = \{"preset": "ultrafast", "threads": "0"\}`},
+	{"vLLM-Omni rounds float frames to uint8 gbrp planes", "vllm_omni/entrypoints/openai/video_api_utils.py", `av_frame = av\.VideoFrame\(width, height, format="gbrp"\)(?s:.*)np\.rint\(scratch, out=scratch\)`},
+	{"vLLM-Omni's muxer: PyAV h264, CRF 18, yuv420p, the rate as a fraction", "vllm_omni/diffusion/utils/media_utils.py", `def mux_av_video_audio_bytes\((?s:.*)crf: str = "18",(?s:.*)rate=Fraction\(fps\)\.limit_denominator\(10000\)(?s:.*)v_stream\.pix_fmt = "yuv420p"`},
+	{"vLLM-Omni encodes an edit's image with Pillow", "vllm_omni/entrypoints/openai/image_api_utils.py", `image\.save\(buffer, format=pil_format, \*\*save_kwargs\)`},
+}
+
+// holdStandIns holds scripts/peers/standins.py to docs/EXTERNAL.md's table of stand-in packages
+// (the same names), to what may be stood in (no media package, HTTP client or torch's), and the
+// peers' environment to importing the real media stack.
+func holdStandIns(t *testing.T, root, python string) {
+	probe := exec.Command(python, "-c", `
+import json, sys
+sys.path.insert(0, "scripts/peers")
+import standins
+stood = sorted(standins.STANDINS) + sorted(standins.KERNELS)
+standins.install()
+import importlib.util, torch, imageio, imageio_ffmpeg, av  # imported for real, as the peers do
+real = {m.__name__: getattr(m, "__file__", None) or "" for m in (torch, imageio, imageio_ffmpeg, av)}
+for name in ["torchvision", "torchaudio", "diffusers", "cv2", "scipy", "soundfile", "PIL", "numpy", "aiohttp", "openai", "huggingface_hub", "httpx", "requests"]:
+    real[name] = importlib.util.find_spec(name).origin or ""  # through the stand-ins' finder first
+json.dump({"stood": stood, "real": real}, sys.stdout)
+`)
+	probe.Dir = root
+	out, err := probe.Output()
+	require.NoError(t, err, "the peers' environment imports its media stack")
+	var got struct {
+		Stood []string          `json:"stood"`
+		Real  map[string]string `json:"real"`
+	}
+	require.NoError(t, json.Unmarshal(out, &got))
+
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "EXTERNAL.md"))
+	require.NoError(t, err)
+	var listed []string
+	inTable := false
+	for _, line := range strings.Split(string(doc), "\n") {
+		switch {
+		case strings.HasPrefix(line, "| stand-in package |"):
+			inTable = true
+		case inTable && !strings.HasPrefix(line, "|"):
+			inTable = false
+		case inTable && !strings.HasPrefix(line, "|---"):
+			cell := strings.Split(line, "|")[1]
+			for _, m := range regexp.MustCompile("`([^`]+)`").FindAllStringSubmatch(cell, -1) {
+				listed = append(listed, m[1])
+			}
+		}
+	}
+	slices.Sort(listed)
+	stood := slices.Sorted(slices.Values(got.Stood))
+	assert.Equal(t, stood, listed, "docs/EXTERNAL.md's stand-in packages are scripts/peers/standins.py's STANDINS and KERNELS")
+
+	// Never stood in: torch's, the media packages on the peers' output paths, the HTTP clients.
+	for _, name := range stood {
+		top, _, _ := strings.Cut(name, ".")
+		assert.NotContains(t, []string{"torch", "torchvision", "torchaudio", "torchcodec", "triton", "diffusers", "imageio",
+			"imageio_ffmpeg", "av", "cv2", "scipy", "soundfile", "librosa", "PIL", "numpy", "aiohttp", "openai",
+			"huggingface_hub", "httpx", "requests", "urllib3"}, top, "%s is stood in", name)
+	}
+	for name, file := range got.Real {
+		assert.True(t, filepath.IsAbs(file) && strings.Contains(file, "site-packages"), "%s imports the real package (%q)", name, file)
+	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/mediaqual/mediaqual/harness/check"
 	"github.com/mediaqual/mediaqual/models/bundle"
+	"github.com/mediaqual/mediaqual/models/spec"
 )
 
 // inProcessNative says whether the suite computes the native outputs itself: no mediaserve
@@ -27,21 +28,22 @@ func (c *caseRun) identity(native nativeOutputs, a artifactSet) (string, error) 
 		}
 		return "", notCompared{why + ": nothing to hold the served artifacts to"}
 	}
+	own := c.ownEncoder()
 	for _, s := range a.Served {
 		n, ok := native[s.item.key]
 		if !ok {
 			return "", fmt.Errorf("no native result for %s", s.item.key)
 		}
-		same := check.Identity(s.SHA256, n.SHA256, s.Decoded, n.Decoded)
-		if n.Own {
-			same = check.FrameIdentity(s.Decoded, n.Decoded)
-		}
-		if same != nil {
+		if same := c.sameAsNative(s.Path, s.SHA256, s.Decoded, n); same != nil {
 			return "", fmt.Errorf("%s (request %s): %w", s.item.key, s.RequestID, same)
 		}
 	}
 	msg := fmt.Sprintf("%d served artifacts byte-identical to the native path, decoded frames equal", len(a.Served))
-	if len(native) > 0 && native[a.Served[0].item.key].Own {
+	switch {
+	case own:
+		msg = fmt.Sprintf("%d served artifacts, encoded by the server's own encoder (%s), decode frame by frame to the native raw frames within the floors any encoder meets (%g dB in %dx%d box means, %g in %dx%d)",
+			len(a.Served), c.Config.Target.Profile.Name, check.MinClipPSNR, check.ClipBox, check.ClipBox, check.MinCoarsePSNR, check.CoarseBox, check.CoarseBox)
+	case len(native) > 0 && native[a.Served[0].item.key].Own:
 		msg = fmt.Sprintf("%d served artifacts decode to the frames of the suite's own native path (its Task run here and encoded with the contract's settings; bytes not compared, the encoding being the suite's)", len(a.Served))
 	}
 	if l, err := c.layout(); err == nil && l != "" {
@@ -61,4 +63,32 @@ func (c *caseRun) noNativePath() string {
 		return why
 	}
 	return ""
+}
+
+// ownEncoder says whether the server's clips are made by an encoder of its own
+// (wire.Profile.OwnEncoder), whose decoded frames cannot equal the native path's.
+func (c *caseRun) ownEncoder() bool {
+	return c.Config.Target.Profile.OwnEncoder && c.Entry.Workload == spec.TextToVideo
+}
+
+// sameAsNative holds a served artifact (its file, digest and decoded frames' digests) to the
+// native output for the same inputs: the same bytes and frames; the same frames where the
+// native artifact is the suite's own encode; within the floors any encoder meets, frame by
+// frame against the native raw frames, for a server with an encoder of its own.
+func (c *caseRun) sameAsNative(path, sha string, decoded []string, n nativeOutput) error {
+	switch {
+	case c.ownEncoder():
+		frames, err := decodeAll(c.ctx, path, c.Entry.Workload)
+		if err != nil {
+			return err
+		}
+		w, h := n.Actual.Width, n.Actual.Height
+		if w == 0 || h == 0 {
+			w, h = frames[0].Rect.Dx(), frames[0].Rect.Dy()
+		}
+		return check.FramePSNR(n.Raw, w, h, frames)
+	case n.Own:
+		return check.FrameIdentity(decoded, n.Decoded)
+	}
+	return check.Identity(sha, n.SHA256, decoded, n.Decoded)
 }

@@ -141,11 +141,7 @@ func (c *caseRun) probeNative(native nativeOutputs, it workItem, out []byte) err
 			return fmt.Errorf("native %s: %w", it.key, err)
 		}
 	}
-	same := check.Identity(digest(out), n.SHA256, decoded, n.Decoded)
-	if n.Own {
-		same = check.FrameIdentity(decoded, n.Decoded)
-	}
-	if same != nil {
+	if same := c.sameAsNative(path, digest(out), decoded, n); same != nil {
 		return check.Fail("probe-identity", "the %s output (%s) is not the native path's for the same inputs: %v", it.key, it.asked.Size, same)
 	}
 	return nil

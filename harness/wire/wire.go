@@ -55,6 +55,10 @@ type Profile struct {
 	Produced []string
 	// Models is how the server's GET /v1/models describes a model.
 	Models ModelCard
+	// OwnEncoder is a server that encodes clips with an encoder of its own, not the contract's:
+	// its decoded frames cannot equal the native path's, and identity holds them to the native
+	// raw frames within the floors any encoder meets (check frame-psnr).
+	OwnEncoder bool
 	// Departs are the rules of the job API's model (harness/jobmodel, by check) the server's
 	// released code breaks, each with the source that breaks it: a violation of one is that
 	// peer's finding, not a failure of the row. harness/peers' TestDeparturesHoldToReleasedSource
@@ -126,6 +130,7 @@ var (
 		// no revision and no profile. Task types: configs/task_type.py ModelTaskType.
 		Models: ModelCard{Capabilities: "supported_task_types", Precision: "dit_precision", TaskTypes: map[string]string{
 			"T2V": "text_to_video", "TI2V": "text_to_video", "I2I": "image_edit", "TI2I": "image_edit"}},
+		OwnEncoder: true, // entrypoints/utils.py save_outputs: imageio-ffmpeg's libx264, CRF 25
 		Departs: map[string]Departure{"job-fields": {
 			File:   "sglang/multimodal_gen/runtime/entrypoints/openai/video_api.py",
 			Source: "seconds = int(round((sampling.num_frames or 0) / float(sampling.fps or 24)))",
@@ -148,6 +153,7 @@ var (
 		// serving_video._video_metadata_from_artifacts: fps (the output's), num_frames (counted
 		// in the encoded MP4) and duration_s, merged into the job by _run_video_generation_job.
 		Produced: []string{"num_frames", "fps", "duration_s"},
+		OwnEncoder: true, // serving_video._encode_video_bytes: PyAV's libx264, CRF 18
 		Departs: map[string]Departure{"job-fields": {
 			File:   "vllm_omni/entrypoints/openai/video/generation/helpers.py",
 			Source: "resp.seconds = str(req.seconds or resp.seconds)",

@@ -1,10 +1,13 @@
-"""Stand-ins for the GPU stack the peers' HTTP layers import (torch, triton, transformers, ...).
+"""Stand-ins for what the peers import that cannot run here: the GPU kernels and the model.
 
-The peers' released packages are installed without their dependencies; everything their HTTP
-layers import from the GPU stack resolves here to an inert stand-in: a module whose every
-attribute is a stand-in class, callable, subscriptable and usable as a decorator. The media
-and the figures the peers report come from the GPU-hop stand-ins in sglang_peer.py and
-vllm_omni_peer.py; KERNELS below names the peers' own kernel packages replaced the same way.
+The peers' released packages are installed without their dependencies; everything else they
+import on the paths the suite drives is real (torch, diffusers, imageio and its ffmpeg, PyAV,
+OpenCV, SciPy, aiohttp, openai, huggingface_hub: scripts/peers/requirements.txt and the torch
+venv). A name in STANDINS resolves to an inert stand-in: a module whose every attribute is a
+stand-in class, callable, subscriptable and usable as a decorator. The model's forward itself is
+stood in by sglang_peer.py and vllm_omni_peer.py, which hand the row's frames to the peer as the
+tensors its pipeline returns. docs/EXTERNAL.md lists the same names (TestProfilesHoldToReleasedSource
+holds the two lists equal).
 """
 import importlib.abc
 import importlib.machinery
@@ -13,16 +16,19 @@ import sys
 import types
 import typing
 
-# Top-level packages replaced. A name not here and not installed fails its import, as it would.
-HEAVY = {
-    "torch", "torchvision", "torchaudio", "torchcodec", "triton", "transformers", "diffusers",
-    "accelerate", "safetensors", "cv2", "imageio", "einops", "scipy",
-    "sentencepiece", "tokenizers", "tiktoken", "huggingface_hub", "flashinfer", "sgl_kernel",
-    "xgrammar", "numba",
-    "aiohttp", "openai", "soundfile", "librosa", "cache_dit", "omegaconf", "blake3",
-    "cbor2", "gguf",
+# Top-level packages stood in, each for a reason docs/EXTERNAL.md gives. A name not here that is
+# not installed fails its import, as it would (the peers guard their optional imports).
+STANDINS = {
+    # GPU kernels: sglang's, which nothing here can run (triton is torch's own, real, and finds no
+    # GPU driver; flashinfer is not installed: the peers guard its import).
+    "sgl_kernel": "gpu",
+    # The model: transformers holds the text encoders (and the peers pin it apart: vllm-omni <5.15,
+    # sglang 5.19); cache_dit accelerates the DiT's forward.
+    "transformers": "model", "cache_dit": "model",
+    # The language-model side of the serving stacks, imported at module top and called by no
+    # diffusion route: structured-output grammars, LLM chat formats, a notebook display helper.
+    "xgrammar": "llm", "llguidance": "llm", "openai_harmony": "llm", "mistral_common": "llm", "IPython": "llm",
 }
-
 
 # Class attributes with dunder names that the peers read off the stack's classes.
 _DUNDERS = {"__class_validators__"}
@@ -141,13 +147,10 @@ def _stub(qualname):
 # classes and nothing the HTTP layers answer with.
 KERNELS = {"sglang.srt.layers", "sglang.kernels", "vllm.ir"}
 
-# Attributes the peers probe with hasattr to detect other accelerators: absent here.
-ABSENT = {"torch": {"npu", "xpu", "musa", "hpu", "mlu", "mps"}}
-
 
 class _Module(types.ModuleType):
     def __getattr__(self, name):
-        if name.startswith("__") and name.endswith("__") or name in ABSENT.get(self.__name__, ()):
+        if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)
         value = _stub(f"{self.__name__}.{name}")
         setattr(self, name, value)
@@ -155,7 +158,7 @@ class _Module(types.ModuleType):
 
 
 # The versions the peers' version checks read (importlib.metadata), as their pins require.
-VERSIONS = {"transformers": "5.14.0", "torch": "2.11.0"}
+VERSIONS = {"transformers": "5.14.0"}
 
 
 class _Dist(importlib.metadata.Distribution):
@@ -174,12 +177,12 @@ class _Dist(importlib.metadata.Distribution):
 class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def find_distributions(self, context=importlib.metadata.DistributionFinder.Context()):
         name = (context.name or "").replace("-", "_")
-        if name in HEAVY:
+        if name in STANDINS:
             return iter([_Dist(name)])
         return iter(())
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname.split(".", 1)[0] in HEAVY or any(fullname == p or fullname.startswith(p + ".") for p in KERNELS):
+        if fullname.split(".", 1)[0] in STANDINS or any(fullname == p or fullname.startswith(p + ".") for p in KERNELS):
             return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
         return None
 
@@ -193,7 +196,6 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         pass
 
 
-def install(extra=()):
-    HEAVY.update(extra)
+def install():
     if not any(isinstance(f, _Finder) for f in sys.meta_path):
         sys.meta_path.insert(0, _Finder())

@@ -1,20 +1,26 @@
-// Command render is the peers' GPU stand-in (scripts/peers/render.py runs it): one native Task
-// of a mediaqual reference row, rendered through mediaserve's own Task and encoder
-// (server.RunNative), for a model that honours what it is asked. The row's controls are widened
-// to admit the settings asked, as a real checkpoint behind a peer (which checks none of the
-// row's controls) renders any size, step count, guidance, fps or frame count it can; what the
-// renderer itself cannot make (a size past its largest side, say) still fails, with its
-// message. It writes <out>/artifact.{mp4,png} and <out>/actual.json, prints the artifact's
-// path, and logs each step as `msg=step done=N of=M`, as `mediaserve task` does.
+// Command render is the peers' model stand-in (scripts/peers/render.py runs it): one native Task
+// of a mediaqual reference row, for a model that honours what it is asked. It encodes nothing:
+// it writes the Task's frames raw (rgb24, frame after frame) to <out>/frames.rgb and what it ran
+// to <out>/actual.json, and prints the frames' path; the peer's own code makes the MP4 or the
+// image from them. The request fields resolve as mediaserve resolves them (server.Resolve), on
+// the row's controls widened to admit the settings asked, as a real checkpoint behind a peer
+// (which checks none of the row's controls) renders any size, step count, guidance, fps or frame
+// count it can; what the Task itself cannot make (a size past its largest side, say) still
+// fails, with its message. Each step is logged as `msg=step done=N of=M`, as `mediaserve task`
+// does.
 //
 //	render -model ref-t2v -out DIR [-reference PNG] -set name=value ...
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"image"
+	_ "image/jpeg" // a reference the peer re-encoded
+	_ "image/png"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -47,7 +53,7 @@ func main() {
 
 func run() error {
 	model := flag.String("model", "", "reference row id")
-	out := flag.String("out", "", "output directory")
+	outDir := flag.String("out", "", "output directory")
 	refPath := flag.String("reference", "", "reference image (image_edit)")
 	fields := sets{}
 	flag.Var(fields, "set", "request field name=value (repeatable)")
@@ -65,35 +71,53 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	var ref []byte
+	req := spec.Request{}
+	var refSize *spec.Size
 	if *refPath != "" {
-		if ref, err = os.ReadFile(*refPath); err != nil {
+		if req.ReferenceFile, err = os.ReadFile(*refPath); err != nil {
 			return err
 		}
+		if req.Reference, _, err = image.Decode(bytes.NewReader(req.ReferenceFile)); err != nil {
+			return fmt.Errorf("the reference: %w", err)
+		}
+		b := req.Reference.Bounds()
+		refSize = &spec.Size{W: b.Dx(), H: b.Dy()}
 	}
-	name := "artifact.mp4"
-	if e.Workload == spec.ImageEdit {
-		name = "artifact.png"
+	settings, rerr := server.Resolve(cp, e.Workload, fields, refSize)
+	if rerr != nil {
+		return rerr
 	}
-	path, err := filepath.Abs(filepath.Join(*out, name))
-	if err != nil {
-		return err
-	}
+	req.Settings = settings
 	start := time.Now()
-	progress := func(done, total int) {
+	req.Progress = func(done, total int) {
 		fmt.Fprintf(os.Stderr, "msg=step done=%d of=%d elapsed_s=%g\n", done, total, time.Since(start).Seconds())
 	}
-	_, p, err := server.RunNative(context.Background(), server.Model{Checkpoint: cp, Runtime: "in-process", Task: task}, e.Workload, fields, ref, path, "", progress)
+	out, err := task.Run(context.Background(), req)
 	if err != nil {
 		return err
 	}
-	rec := map[string]any{"task_call_wall_ms": float64(p.TaskWall.Microseconds()) / 1000, "product": p}
+	v, err := out.Pixels()
+	if err == nil {
+		err = v.Check()
+	}
+	if err != nil {
+		return fmt.Errorf("the Task's frames: %w", err)
+	}
+	path, err := filepath.Abs(filepath.Join(*outDir, "frames.rgb"))
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, v.Pix, 0o644); err != nil {
+		return err
+	}
+	rec := map[string]any{"task_call_wall_ms": float64(out.TaskWall.Microseconds()) / 1000,
+		"width": v.W, "height": v.H, "frames": v.N, "actual": out.Actual}
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return err
 	}
 	fmt.Println(path)
-	return os.WriteFile(filepath.Join(*out, "actual.json"), b, 0o644)
+	return os.WriteFile(filepath.Join(*outDir, "actual.json"), b, 0o644)
 }
 
 // admit widens c to admit every setting in fields that it does not.
