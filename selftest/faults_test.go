@@ -36,6 +36,8 @@ var faultCases = []struct {
 	{"seed-ignored", "ref-t2v", "seed-influence"},
 	{"wrong-frame-count", "ref-t2v", "frame-count"},
 	{"wrong-fps", "ref-t2v", "fps"},
+	// Count, average rate and duration are right: only the frames' own timestamps are not.
+	{"uneven-frames", "ref-t2v", "frame-timing"},
 	{"wrong-size", "ref-t2v", "size"},
 	// Identity fails too (the native path encodes the right frames); a server's encoder and its
 	// native path's are one, so a broken encoder would fail only this.

@@ -7,6 +7,7 @@ import (
 	"image/draw"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"sort"
 	"strconv"
 	"strings"
@@ -61,6 +62,7 @@ var Faults = map[string]string{
 	"double-create":       "every video create runs twice: the second job is an orphan nobody is told of",
 	"seconds-wrong":       "the video object's seconds is num_frames at 24 fps, whatever fps was asked",
 	"second-job-lost":     "a job that arrives while another of its model is unfinished is accepted but never run, until deleted or its client leaves",
+	"uneven-frames":       "each odd frame of a clip is presented 0.4 of a frame late (the container's timestamps rewritten; count, average rate and duration unchanged)",
 	"reference-cropped":   "an edit's reference of another aspect than the output's is cropped to the output's aspect (centred) before the family resizes it",
 	"history-bytes":       "once a job of a second shape (size, frame count or reference size) was served, every later output has one pixel changed (a runtime whose bytes depend on what it served before)",
 }
@@ -250,7 +252,17 @@ func (f *fault) fps(fps int) int {
 
 // encoded acts on the finished file.
 func (f *fault) encoded(path string) (changed bool, err error) {
-	if !f.is("corrupt-mp4") {
+	switch {
+	case f.is("uneven-frames") && strings.HasSuffix(path, ".mp4"):
+		// The same frames, stream-copied, each odd one's timestamp moved 0.4 of its duration.
+		tmp := path + ".uneven.mp4"
+		out, err := exec.Command("ffmpeg", "-v", "error", "-nostdin", "-y", "-i", path, "-c", "copy",
+			"-bsf:v", `setts=ts=PTS+if(mod(N\,2)\,DURATION*2/5\,0)`, "-movflags", "+faststart", "-f", "mp4", tmp).CombinedOutput()
+		if err != nil {
+			return false, fmt.Errorf("fault uneven-frames: %v: %s", err, out)
+		}
+		return true, os.Rename(tmp, path)
+	case !f.is("corrupt-mp4"):
 		return false, nil
 	}
 	st, err := os.Stat(path)

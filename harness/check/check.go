@@ -86,6 +86,31 @@ func Clip(info media.MP4Info, want spec.Settings) error {
 	if d := float64(want.NumFrames) / float64(want.FPS); math.Abs(info.DurationS-d) > 1e-6 {
 		return fail("duration", "container duration %.6f s, want frames/fps = %.6f s", info.DurationS, d)
 	}
+	return FrameTiming(info, want.FPS)
+}
+
+// FrameTiming is the check "frame-timing": every frame presented 1/fps after the one before it,
+// read frame by frame from the container's timestamps (decode times plus composition offsets),
+// within a tick or 0.5 % of the period, whichever is more. fps is an average over the clip: a
+// writer that presents frames unevenly (each odd frame late, say) keeps the count, the rate and
+// the duration the other checks read.
+func FrameTiming(info media.MP4Info, fps int) error {
+	if info.VideoTrack < 0 || fps <= 0 {
+		return fail("frame-timing", "no video track, or no fps (%d) to time it by", fps)
+	}
+	t := info.Tracks[info.VideoTrack]
+	deltas, err := t.PresentationDeltas()
+	if err != nil {
+		return fail("frame-timing", "%v", err)
+	}
+	period := float64(t.Timescale) / float64(fps)
+	tol := max(1, 0.005*period)
+	for i, d := range deltas {
+		if math.Abs(float64(d)-period) > tol {
+			return fail("frame-timing", "frame %d is presented %.4f s after frame %d, not 1/%d s (%.4f s; %d ticks of 1/%d s, %.1f wanted)",
+				i+1, float64(d)/float64(t.Timescale), i, fps, 1/float64(fps), d, t.Timescale, period)
+		}
+	}
 	return nil
 }
 

@@ -44,6 +44,7 @@ var Registry = []Info{
 	{"frame-count", []string{"artifacts"}},
 	{"size", []string{"artifacts"}},
 	{"fps", []string{"artifacts"}},
+	{"frame-timing", []string{"artifacts"}},
 	{"duration", []string{"artifacts"}},
 	{"decodable", []string{"artifacts"}},
 	{"decoded-frames", []string{"artifacts"}},

@@ -13,7 +13,7 @@ import (
 // whatever it accepts must be self-consistent. Seeds: the committed tiny clips (one
 // plain with faststart, one fragmented), their truncations, and synthetic files.
 func FuzzReadMP4(f *testing.F) {
-	for _, name := range []string{"tiny.mp4", "tiny-frag.mp4"} {
+	for _, name := range []string{"tiny.mp4", "tiny-frag.mp4", "tiny-bframes.mp4", "tiny-bframes-frag.mp4"} {
 		data, err := os.ReadFile(filepath.Join("testdata", name))
 		if err != nil {
 			f.Fatal(err)
@@ -57,6 +57,18 @@ func checkMP4(t *testing.T, data []byte) {
 		if tr.KeyFrames < 0 || tr.KeyFrames > tr.SampleCount {
 			t.Errorf("track %d: %d keyframes of %d samples", i, tr.KeyFrames, tr.SampleCount)
 		}
+		n = 0
+		for _, r := range tr.Offsets {
+			n += r.Count
+		}
+		if n != uint64(tr.SampleCount) {
+			t.Errorf("track %d: composition offsets cover %d samples, SampleCount %d", i, n, tr.SampleCount)
+		}
+		if d, err := tr.PresentationDeltas(); err == nil && len(d) != max(0, int(tr.SampleCount)-1) {
+			t.Errorf("track %d: %d presentation deltas of %d samples", i, len(d), tr.SampleCount)
+		} else if err != nil && tr.SampleCount <= MaxTimedFrames {
+			t.Errorf("track %d: %d samples not timed: %v", i, tr.SampleCount, err)
+		}
 	}
 	if info.VideoTrack >= 0 {
 		v := info.Tracks[info.VideoTrack]
@@ -74,7 +86,7 @@ func checkMP4(t *testing.T, data []byte) {
 // TestReadMP4ByteMutations is a deterministic complement to the fuzzer: every byte of
 // the seed clips overwritten with a few values, each result parsed and checked.
 func TestReadMP4ByteMutations(t *testing.T) {
-	for _, name := range []string{"tiny.mp4", "tiny-frag.mp4"} {
+	for _, name := range []string{"tiny.mp4", "tiny-frag.mp4", "tiny-bframes.mp4", "tiny-bframes-frag.mp4"} {
 		data, err := os.ReadFile(filepath.Join("testdata", name))
 		require.NoError(t, err)
 		m := make([]byte, len(data))

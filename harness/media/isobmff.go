@@ -9,6 +9,7 @@ import (
 	"math/big"
 	"math/bits"
 	"os"
+	"slices"
 )
 
 // A small ISO-BMFF (MP4) reader. It exists so the suite can check container facts
@@ -61,6 +62,67 @@ type Track struct {
 	DeltaTotal      uint64 // sum of all sample deltas, in Timescale ticks
 	KeyFrames       int64  // sync samples: stss entries, all samples when stss is absent, plus fragment sync samples
 	SyncTable       bool   // stss present
+	// Offsets are the samples' composition offsets (ctts, or trun's), in decode order, as runs:
+	// a sample is presented at its decode time plus its offset. A track without them has none.
+	Offsets []OffsetRun
+}
+
+// OffsetRun is a run of Count consecutive samples presented Offset ticks after they decode.
+type OffsetRun struct {
+	Count  uint64
+	Offset int64
+}
+
+// MaxTimedFrames bounds the samples PresentationDeltas times one by one (a clip of 2^20 frames
+// is over 12 hours at 24 fps), so a hostile sample count cannot make it allocate without end.
+const MaxTimedFrames = 1 << 20
+
+// PresentationDeltas are the differences, in ticks, between consecutive presentation times
+// (decode time plus composition offset) of the track's samples, in presentation order: one
+// less than the samples. Every frame's time, not the average fps gives.
+func (t *Track) PresentationDeltas() ([]int64, error) {
+	if t.SampleCount > MaxTimedFrames {
+		return nil, fmt.Errorf("%d samples: more than %d to time one by one", t.SampleCount, MaxTimedFrames)
+	}
+	pts := make([]int64, 0, t.SampleCount)
+	var dts int64
+	for _, r := range t.Deltas {
+		for range r.Count {
+			pts = append(pts, dts)
+			dts += int64(r.Delta) // at most 2^20 deltas of 2^32: no overflow
+		}
+	}
+	i := 0
+	for _, r := range t.Offsets {
+		for range r.Count {
+			if i == len(pts) {
+				return nil, fmt.Errorf("composition offsets for more than the %d samples", len(pts))
+			}
+			pts[i] += r.Offset
+			i++
+		}
+	}
+	if len(t.Offsets) > 0 && i != len(pts) {
+		return nil, fmt.Errorf("composition offsets for %d of %d samples", i, len(pts))
+	}
+	slices.Sort(pts)
+	deltas := make([]int64, 0, max(0, len(pts)-1))
+	for k := 1; k < len(pts); k++ {
+		deltas = append(deltas, pts[k]-pts[k-1])
+	}
+	return deltas, nil
+}
+
+// addOffsets appends n samples presented off ticks after they decode, merging runs.
+func (t *Track) addOffsets(n uint64, off int64) {
+	if n == 0 {
+		return
+	}
+	if k := len(t.Offsets) - 1; k >= 0 && t.Offsets[k].Offset == off {
+		t.Offsets[k].Count += n
+		return
+	}
+	t.Offsets = append(t.Offsets, OffsetRun{Count: n, Offset: off})
 }
 
 // DeltaRun is a run of Count consecutive samples lasting Delta ticks each (an stts
@@ -468,6 +530,7 @@ type trakState struct {
 	entry              []byte // first sample entry, up to visualEntryMinLen bytes
 	entryLen           int64
 	sttsSamples        uint64
+	cttsSamples        uint64
 	stssCount          uint64
 	sampleSizeSamples  uint64
 	sawStbl            bool
@@ -540,6 +603,12 @@ func (p *parser) trak(b box) (Track, error) {
 		return Track{}, fmt.Errorf("%s/mdia/minf/stbl/stsd: missing", b.path)
 	case !s.sawSampleSizeTable:
 		return Track{}, fmt.Errorf("%s/mdia/minf/stbl/stsz: missing", b.path)
+	}
+	if s.seen["ctts"] && s.cttsSamples != s.sttsSamples {
+		return Track{}, fmt.Errorf("%s/mdia/minf/stbl: ctts covers %d samples, stts %d", b.path, s.cttsSamples, s.sttsSamples)
+	}
+	if !s.seen["ctts"] {
+		t.addOffsets(s.sttsSamples, 0) // presented when decoded; fragments add theirs after
 	}
 	if s.sttsSamples != s.sampleSizeSamples {
 		return Track{}, fmt.Errorf("%s/mdia/minf/stbl: stts covers %d samples, %s has %d", b.path, s.sttsSamples, t.SampleSizeBox, s.sampleSizeSamples)
@@ -655,6 +724,23 @@ func (p *parser) stbl(b box, s *trakState) error {
 				n := uint64(binary.BigEndian.Uint32(e))
 				s.sttsSamples += n // at most 2^32 entries of 2^32: no overflow
 				return s.t.addDeltas(n, binary.BigEndian.Uint32(e[4:]), c.path)
+			})
+		case "ctts":
+			if err := s.once(c); err != nil {
+				return err
+			}
+			v, _, body, err := p.fullBox(c, 4)
+			if err != nil {
+				return err
+			}
+			return p.table(c, 8, uint64(binary.BigEndian.Uint32(body)), 8, func(e []byte) error {
+				n, off := uint64(binary.BigEndian.Uint32(e)), int64(binary.BigEndian.Uint32(e[4:]))
+				if v == 1 {
+					off = int64(int32(binary.BigEndian.Uint32(e[4:])))
+				}
+				s.cttsSamples += n
+				s.t.addOffsets(n, off)
+				return nil
 			})
 		case "stss":
 			if err := s.once(c); err != nil {
@@ -820,7 +906,7 @@ func (p *parser) moof(b box, info *MP4Info) error {
 				if t == nil {
 					return fmt.Errorf("%s: precedes tfhd", d.path)
 				}
-				_, tf, body, err := p.fullBox(d, 4)
+				trunVersion, tf, body, err := p.fullBox(d, 4)
 				if err != nil {
 					return err
 				}
@@ -844,7 +930,7 @@ func (p *parser) moof(b box, info *MP4Info) error {
 					first, haveFirst = binary.BigEndian.Uint32(v), true
 					off += 4
 				}
-				perDur, perSize, perFlags := tf&0x100 != 0, tf&0x200 != 0, tf&0x400 != 0
+				perDur, perSize, perFlags, perOffset := tf&0x100 != 0, tf&0x200 != 0, tf&0x400 != 0, tf&0x800 != 0
 				if !perDur && !haveDur && n > 0 {
 					return fmt.Errorf("%s: no sample duration (no trex, tfhd default or per-sample value)", d.path)
 				}
@@ -853,11 +939,12 @@ func (p *parser) moof(b box, info *MP4Info) error {
 					bytes = n * uint64(def.size)
 				}
 				var i uint64
-				addSample := func(du, fl uint32) error {
+				addSample := func(du, fl uint32, co int64) error {
 					if i == 0 && haveFirst {
 						fl = first
 					}
 					i++
+					t.addOffsets(1, co)
 					t.SampleCount++
 					t.FragmentSamples++
 					if fl&nonSyncSample == 0 {
@@ -878,17 +965,26 @@ func (p *parser) moof(b box, info *MP4Info) error {
 						}
 						if perFlags {
 							fl = binary.BigEndian.Uint32(e)
+							e = e[4:]
 						}
-						return addSample(du, fl)
+						var co int64
+						if perOffset {
+							co = int64(binary.BigEndian.Uint32(e))
+							if trunVersion == 1 {
+								co = int64(int32(binary.BigEndian.Uint32(e)))
+							}
+						}
+						return addSample(du, fl, co)
 					})
 				} else {
 					// No per-sample data: every sample takes the defaults.
 					m := n
 					if haveFirst && m > 0 {
-						err = addSample(def.duration, first)
+						err = addSample(def.duration, first, 0)
 						m--
 					}
 					if err == nil {
+						t.addOffsets(m, 0)
 						t.SampleCount += int64(m)
 						t.FragmentSamples += int64(m)
 						if def.flags&nonSyncSample == 0 {

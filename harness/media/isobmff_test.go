@@ -8,8 +8,10 @@ import (
 	"math/big"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -51,6 +53,12 @@ func TestReadMP4AgreesWithFFprobe(t *testing.T) {
 				assert.Equal(t, c.wantKeyframes, int(v.KeyFrames))
 			}
 			assert.Equal(t, strings.Contains(c.name, "fragmented"), info.Fragmented)
+			deltas, err := v.PresentationDeltas()
+			require.NoError(t, err)
+			assert.Equal(t, ffprobePTSDeltas(t, path), deltas, "every frame's presentation time, ffprobe's packet pts")
+			if c.name == "x264-320x192-16fps-17f-faststart" || c.name == "x264-320x192-16fps-17f-fragmented" {
+				assert.Greater(t, len(v.Offsets), 1, "x264's B-frames are presented out of decode order (ctts, trun offsets)")
+			}
 			if c.audioFirst {
 				assert.Equal(t, 1, info.VideoTrack)
 				assert.Equal(t, "soun", info.Tracks[0].Handler)
@@ -430,4 +438,25 @@ func TestReadMP4Synthetic(t *testing.T) {
 		_, err := ReadMP4(bytes.NewReader(b), int64(len(b)))
 		assert.ErrorContains(t, err, "mdat: size 18446744073709551615 overruns its parent")
 	})
+}
+
+// ffprobePTSDeltas are the differences between consecutive presentation times of the video
+// packets, as ffprobe reads them (in the stream's time base, the track's timescale), sorted.
+func ffprobePTSDeltas(t testing.TB, path string) []int64 {
+	t.Helper()
+	out, err := exec.Command("ffprobe", "-v", "error", "-select_streams", "v:0",
+		"-show_entries", "packet=pts", "-of", "csv=p=0", path).Output()
+	require.NoError(t, err)
+	var pts []int64
+	for _, l := range strings.Fields(string(out)) {
+		n, err := strconv.ParseInt(strings.TrimSuffix(l, ","), 10, 64)
+		require.NoError(t, err, "pts %q", l)
+		pts = append(pts, n)
+	}
+	slices.Sort(pts)
+	deltas := []int64{}
+	for i := 1; i < len(pts); i++ {
+		deltas = append(deltas, pts[i]-pts[i-1])
+	}
+	return deltas
 }

@@ -152,7 +152,7 @@ var (
 		ParamPrefix: "body.",
 		// serving_video._video_metadata_from_artifacts: fps (the output's), num_frames (counted
 		// in the encoded MP4) and duration_s, merged into the job by _run_video_generation_job.
-		Produced: []string{"num_frames", "fps", "duration_s"},
+		Produced:   []string{"num_frames", "fps", "duration_s"},
 		OwnEncoder: true, // serving_video._encode_video_bytes: PyAV's libx264, CRF 18
 		Departs: map[string]Departure{"job-fields": {
 			File:   "vllm_omni/entrypoints/openai/video/generation/helpers.py",
