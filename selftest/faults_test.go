@@ -80,6 +80,10 @@ var faultCases = []struct {
 	{"inference-ms", "ref-t2v", "task-wall"},
 	{"inference-halved", "ref-edit", "task-time-agrees"},
 	{"task-is-total", "ref-t2v", "timing-parts"},
+	// Consistent liars: the server's reports agree with each other and add up; the native
+	// path's own timing of the same Task refutes the first, the suite's own encode the second.
+	{"task-halved", "ref-t2v", "task-native"},
+	{"task-is-all", "ref-t2v", "timing-parts"},
 	// The job API's model, held to the row's history (harness/jobmodel.Rules): one fault a rule.
 	// AIPerf's last poll of each job is in its records: the first answer with another job's id.
 	{"poll-other-job", "ref-t2v", "job-identity"},

@@ -62,6 +62,8 @@ var Faults = map[string]string{
 	"double-create":       "every video create runs twice: the second job is an orphan nobody is told of",
 	"seconds-wrong":       "the video object's seconds is num_frames at 24 fps, whatever fps was asked",
 	"second-job-lost":     "a job that arrives while another of its model is unfinished is accepted but never run, until deleted or its client leaves",
+	"task-halved":         "every report of the Task time (timing, inference_time_s, the ledger) says half of it, consistently: other_ms absorbs the rest",
+	"task-is-all":         "every report of a clip's time says the Task took all of it: task_call_wall_ms and inference_time_s the total, every other part 0, consistently",
 	"uneven-frames":       "each odd frame of a clip is presented 0.4 of a frame late (the container's timestamps rewritten; count, average rate and duration unchanged)",
 	"reference-cropped":   "an edit's reference of another aspect than the output's is cropped to the output's aspect (centred) before the family resizes it",
 	"history-bytes":       "once a job of a second shape (size, frame count or reference size) was served, every later output has one pixel changed (a runtime whose bytes depend on what it served before)",
@@ -172,15 +174,26 @@ func fewerSteps(n int) int {
 	return 2
 }
 
-// product tampers with what a finished job reports it produced (its actual), after the
-// server's own checks: the video object, the edit's answer and the ledger line all say it.
-func (f *fault) product(a *spec.Actual, capability spec.Capability) {
+// product tampers with what a finished job reports it produced (its actual) and how long its
+// Task took, after the server's own checks: the video object, the edit's answer and the ledger
+// line all say it.
+func (f *fault) product(p *Product, capability spec.Capability) {
 	switch {
 	case f.is("actual-differs"):
-		a.Steps = fewerSteps(a.Steps) // honestly: the steps the Task ran
+		p.Actual.Steps = fewerSteps(p.Actual.Steps) // honestly: the steps the Task ran
 	case f.is("actual-unasked") && capability == spec.ImageEdit:
-		a.NumFrames, a.FPS = 1, 24
+		p.Actual.NumFrames, p.Actual.FPS = 1, 24
+	case f.is("task-halved"):
+		p.TaskWall /= 2
 	}
+}
+
+// allTask is t as task-is-all reports it: the Task took the whole time, nothing else any.
+func (f *fault) allTask(t *Timing) *Timing {
+	if !f.is("task-is-all") || t == nil || t.TotalMS == 0 {
+		return t
+	}
+	return &Timing{TaskCallWallMS: t.TotalMS, TotalMS: t.TotalMS, StreamedFrames: t.StreamedFrames}
 }
 
 // frames tampers with checked output just before it is encoded, where the server's own
@@ -313,6 +326,8 @@ func (f *fault) ledgerLine(e *LedgerEntry) {
 		e.Timing.TaskCallWallMS += 10000
 	case f.is("task-is-total") && e.Timing != nil:
 		e.Timing.TaskCallWallMS = e.Timing.TotalMS
+	case f.is("task-is-all"):
+		e.Timing = f.allTask(e.Timing)
 	}
 }
 
@@ -400,6 +415,10 @@ func (f *fault) object(j *job, o map[string]any) {
 		o["completed_at"] = j.completed.UnixMilli()
 	case f.is("seconds-wrong"):
 		o["seconds"] = strconv.FormatFloat(float64(j.req.Settings.NumFrames)/24, 'f', -1, 64)
+	case f.is("task-is-all"):
+		if t, ok := o["timing"].(*Timing); ok && t.TotalMS > 0 {
+			o["timing"], o["inference_time_s"] = f.allTask(t), t.TotalMS/1000
+		}
 	}
 }
 

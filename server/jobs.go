@@ -240,7 +240,7 @@ func (s *Server) finish(j *job, p Product, err error) {
 		j.err = jobError(err)
 		os.Remove(j.path)
 	default:
-		s.fault.product(&p.Actual, j.kind)
+		s.fault.product(&p, j.kind)
 		j.product, j.progress = &p, 100
 		if s.fault.is("artifact-missing") {
 			os.Remove(j.path)

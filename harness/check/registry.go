@@ -67,6 +67,7 @@ var Registry = []Info{
 	{"timing-latency", []string{"timing"}},
 	{"task-wall", []string{"timing"}},
 	{"task-time-agrees", []string{"timing"}},
+	{"task-native", []string{"concurrency"}},
 	{"timing-parts", []string{"timing"}},
 	{"timing-overhead", []string{"timing"}},
 	{"concurrency", []string{"concurrency"}},

@@ -28,7 +28,7 @@ func ConcurrencyN(e spec.Entry, cfg Config, lanes int) int {
 // the AIPerf run (bytes, or decoded frames where another encoding holds the same frames). The
 // throughput at N is reported against the run's; a server that runs one job at a time though
 // it does not say it has one lane is a finding, not a failure.
-func (c *caseRun) concurrency(s *serving, a artifactSet) (string, error) {
+func (c *caseRun) concurrency(s *serving, a artifactSet, native nativeOutputs) (string, error) {
 	if s == nil {
 		return "", errors.New("no server: the serve stage failed")
 	}
@@ -67,6 +67,19 @@ func (c *caseRun) concurrency(s *serving, a artifactSet) (string, error) {
 		}
 	}
 	aloneWall := time.Since(start)
+	// The server's Task times for these, each made with nothing else running, against the
+	// native path's for the same inputs (task-native).
+	var claimed, ran []float64
+	for i := range n {
+		id := fmt.Sprintf("%s-alone-%d", casePrefix(c.Entry.ID), i)
+		if nt := native[items[i%len(items)].key]; nt.TaskMS > 0 && c.claims[id] > 0 {
+			claimed, ran = append(claimed, c.claims[id]), append(ran, nt.TaskMS)
+		}
+	}
+	nativeNote, err := taskNative(claimed, ran)
+	if err != nil {
+		return "", err
+	}
 	outs := make([][]byte, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -101,6 +114,9 @@ func (c *caseRun) concurrency(s *serving, a artifactSet) (string, error) {
 	if s.lanes == 1 {
 		msg += "; the server declares 1 lane"
 	}
+	if nativeNote != "" {
+		msg += "; " + nativeNote
+	}
 	return msg, nil
 }
 
@@ -127,6 +143,7 @@ func (c *caseRun) concurrentClip(ctx context.Context, s *serving, it workItem, i
 	if done.Status != "completed" {
 		return nil, fmt.Errorf("job %s ended %s after %d polls: %v", v.ID, done.Status, polls.N, done.Error)
 	}
+	c.claimTask(id, done.Timing.TaskCallWallMS, done.InferenceTimeS)
 	if _, err := s.API.GetVideo(ctx, v.ID); err != nil {
 		return nil, fmt.Errorf("job %s polled after it completed: %w", v.ID, err)
 	}
@@ -167,4 +184,18 @@ func (c *caseRun) sameOutput(alone, out []byte, i int) error {
 		}
 	}
 	return check.FrameIdentity(digests[1], digests[0])
+}
+
+// claimTask keeps the server's Task time for one of the suite's own requests: the Task-call
+// wall where it reports one, else inference_time_s.
+func (c *caseRun) claimTask(requestID string, taskMS, inferenceS float64) {
+	if taskMS <= 0 {
+		taskMS = inferenceS * 1000
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.claims == nil {
+		c.claims = map[string]float64{}
+	}
+	c.claims[requestID] = taskMS
 }

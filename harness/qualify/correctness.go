@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/mediaqual/mediaqual/fixtures"
 	"github.com/mediaqual/mediaqual/harness/api"
@@ -49,6 +50,9 @@ type nativeOutput struct {
 	// Own says the artifact was encoded by the suite itself (the in-process native path), so
 	// its bytes are not the server's to match: identity compares decoded frames alone.
 	Own bool
+	// TaskMS is the native Task's own wall time, the timing stage's second source for the
+	// server's; 0 where the native path did not time it.
+	TaskMS float64
 }
 
 // items are the row's pinned inputs: its fixture set at its pinned settings, built once.
@@ -303,7 +307,8 @@ func (c *caseRun) runNative(items []workItem) (nativeOutputs, error) {
 	res := nativeOutputs{}
 	for _, it := range items {
 		var rec struct {
-			Product struct {
+			TaskWallMS float64 `json:"task_call_wall_ms"`
+			Product    struct {
 				Path         string     `json:"path"`
 				SHA256       string     `json:"sha256"`
 				FramesSHA256 string     `json:"frames_sha256"`
@@ -318,7 +323,7 @@ func (c *caseRun) runNative(items []workItem) (nativeOutputs, error) {
 			return nil, fmt.Errorf("native path %s: reading actual.json: %w", it.key, err)
 		}
 		res[it.key] = nativeOutput{Path: rec.Product.Path, SHA256: rec.Product.SHA256, FramesSHA256: rec.Product.FramesSHA256,
-			Raw: filepath.Join(c.Dir, "native", it.key, "frames.rgb"), Actual: rec.Product.Actual}
+			Raw: filepath.Join(c.Dir, "native", it.key, "frames.rgb"), Actual: rec.Product.Actual, TaskMS: rec.TaskWallMS}
 	}
 	return res, nil
 }
@@ -348,7 +353,9 @@ func (c *caseRun) runInProcess(items []workItem) (nativeOutputs, error) {
 			}
 			req.Reference, req.ReferenceFile = img, it.ref
 		}
+		start := time.Now()
 		out, err := task.Run(c.ctx, req)
+		wall := time.Since(start)
 		if err != nil {
 			return nil, fmt.Errorf("native path %s: %w", it.key, err)
 		}
@@ -356,7 +363,7 @@ func (c *caseRun) runInProcess(items []workItem) (nativeOutputs, error) {
 		if err != nil {
 			return nil, fmt.Errorf("native path %s: %w", it.key, err)
 		}
-		n := nativeOutput{Raw: filepath.Join(dir, "frames.rgb"), Own: true}
+		n := nativeOutput{Raw: filepath.Join(dir, "frames.rgb"), Own: true, TaskMS: ms(wall)}
 		// Read through the documented shape, as a `mediaserve task` record is (actual.json).
 		b, err := json.Marshal(out.Actual)
 		if err == nil {

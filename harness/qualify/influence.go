@@ -77,6 +77,7 @@ func (c *caseRun) editWithin(ctx context.Context, s *serving, it workItem, reque
 	if err := c.ownSettings(s, requestID, it.asked, r.Actual, r.Raw["actual"] != nil); err != nil {
 		return nil, err
 	}
+	c.claimTask(requestID, r.Timing.TaskCallWallMS, r.InferenceTimeS)
 	path := filepath.Join(c.Dir, "probe", requestID+".png")
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, err

@@ -72,6 +72,10 @@ type caseRun struct {
 	untied    []string          // AIPerf requests whose job the endpoint does not tie to its create (aiperf's account)
 	history   *jobmodel.History // every exchange with the server, held to the job API's model at the end
 	mu        sync.Mutex        // jobs, when the concurrency probe's requests add to it
+	// suiteEncodeMS is the longest the suite took to encode (and decode back) a clip's raw frames
+	// with the contract's encoder (encode-psnr): a server's encode of them cannot take no time.
+	suiteEncodeMS float64
+	claims        map[string]float64 // the server's Task time for the suite's own requests, by request id
 }
 
 // notCompared is a stage that could not establish anything: it is reported as not run (never
@@ -178,9 +182,9 @@ func (c *caseRun) runStages() {
 		case StageInfluence:
 			fn = func() (string, error) { return c.influence(served) }
 		case StageTiming:
-			fn = func() (string, error) { return c.timing(arts) }
+			fn = func() (string, error) { return c.timing(arts, native) }
 		case StageConcurrency:
-			fn = func() (string, error) { return c.concurrency(served, arts) }
+			fn = func() (string, error) { return c.concurrency(served, arts, native) }
 		case StageCleanup:
 			fn = func() (string, error) { return c.cleanup(served, arts) }
 		case StageHistory:

@@ -66,7 +66,7 @@ func TestTimingFailsWithoutAClientLatency(t *testing.T) {
 		}
 		row := NewRow(e)
 		c := &caseRun{T: t, Entry: e, Config: Defaults(), Row: &row}
-		return c.timing(arts)
+		return c.timing(arts, nil)
 	}
 	msg, err := timing("", false)
 	require.NoError(t, err, "the whole export")
@@ -92,8 +92,13 @@ type timedRequest struct {
 	timing                       *api.Timing
 }
 
-// timeDoctored runs the timing stage of e on one warmup and the measured requests given.
+// timeDoctored runs the timing stage of e on one warmup and the measured requests given, with a
+// native path that timed their Task at 100 ms.
 func timeDoctored(t *testing.T, e spec.Entry, cfg Config, pollMS float64, reqs ...timedRequest) (reports.Row, string, error) {
+	return timeDoctoredNative(t, e, cfg, pollMS, nativeOutputs{"": {TaskMS: 100}}, reqs...)
+}
+
+func timeDoctoredNative(t *testing.T, e spec.Entry, cfg Config, pollMS float64, native nativeOutputs, reqs ...timedRequest) (reports.Row, string, error) {
 	warm := timedRequest{latencyMS: 130, timing: &api.Timing{TaskCallWallMS: 100}}
 	arts := artifactSet{Run: aiperfRun{PollMS: pollMS}}
 	for i, q := range append([]timedRequest{warm}, reqs...) {
@@ -107,7 +112,7 @@ func timeDoctored(t *testing.T, e spec.Entry, cfg Config, pollMS float64, reqs .
 	}
 	row := NewRow(e)
 	c := &caseRun{T: t, Entry: e, Config: cfg, Row: &row}
-	msg, err := c.timing(arts)
+	msg, err := c.timing(arts, native)
 	return row, msg, err
 }
 
@@ -159,6 +164,16 @@ func TestTimingCrossChecksTheServersFigures(t *testing.T) {
 	require.Len(t, row.Limits, 1)
 	assert.Equal(t, spec.FamilyValidated, row.Limits[0].Ceiling)
 	assert.Contains(t, row.Limits[0].Why, "inference_time_s (AIPerf's video_inference_time)")
+
+	// Without a native path that times the same Task, the Task time and the overhead are the
+	// server's word: labelled so, and a limit; a native Task too short to time against too.
+	for _, native := range []nativeOutputs{nil, {"": {TaskMS: 5}}} {
+		row, msg, err = timeDoctoredNative(t, ref, Defaults(), 100, native, timedRequest{130, 100, honest})
+		require.NoError(t, err)
+		assert.Contains(t, msg, "Task p50 100.0 ms (as reported)")
+		require.Len(t, row.Limits, 1)
+		assert.Contains(t, row.Limits[0].Why, "the Task time is as reported by the server")
+	}
 }
 
 // An edit answer's Task time is read where SGLang puts it, inference_time_s in the answer
