@@ -35,7 +35,7 @@ type LedgerEntry struct {
 	Actual        *spec.Actual      `json:"actual,omitempty"`
 	Timing        *Timing           `json:"timing,omitempty"`
 	FilesRemoved  []string          `json:"files_removed,omitempty"`
-	Suppressed    int               `json:"suppressed,omitempty"` // of a 401: refusals left unwritten before it (rate bound)
+	Suppressed    int               `json:"suppressed,omitempty"` // of a 401 or a 429 too_many_uploads: refusals left unwritten before it (rate bound)
 }
 
 // LedgerOutput digests the artifact and the raw frames it was encoded from.
