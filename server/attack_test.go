@@ -14,15 +14,19 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/mediaqual/mediaqual/server"
 )
 
 // TestAttacksOnMediaserve runs hostile clients' attacks, each on a fresh mediaserve process
@@ -160,6 +164,127 @@ func TestAttacksOnMediaserve(t *testing.T) {
 			assert.Less(t, slowest, a.slowest, "/health within %v", a.slowest)
 		})
 	}
+}
+
+// TestLedgerOutageOnMediaserve drives a launched mediaserve through a ledger that cannot write.
+// The outage: -ledger is a FIFO whose reader goes away, so that every write fails (EPIPE), and
+// comes back; the ledger takes any failed write for a full disk (TestLedgerSurvivesAFullDisk
+// shows it with ENOSPC and partial writes, in process). The exit: -ledger /dev/full, where
+// every write fails with ENOSPC.
+func TestLedgerOutageOnMediaserve(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the real binary")
+	}
+	bin := os.Getenv("MEDIASERVE_ATTACK_BIN")
+	if bin == "" {
+		bin = buildMediaserve(t)
+	}
+	small := map[string]string{"model": "ref-t2v", "prompt": "a small one", "size": "160x96", "num_frames": "5", "num_inference_steps": "1"}
+	refused := func(t *testing.T, r response) {
+		t.Helper()
+		require.Equal(t, 503, r.status, "%s", r.body)
+		assert.Equal(t, "ledger_unwritable", r.apiErr(t)["code"])
+		assert.Equal(t, "1", r.header.Get("Retry-After"))
+	}
+
+	t.Run("an accepted job through an outage", func(t *testing.T) {
+		dir := t.TempDir()
+		path := filepath.Join(dir, "ledger")
+		require.NoError(t, syscall.Mkfifo(path, 0o600))
+		ledger := openFIFO(t, path) // before the server: its open for writing waits for a reader
+		_, e := startMediaserve(t, bin, filepath.Join(dir, "art"), path)
+		ledger.read()
+		id := e.postForm(t, "/v1/videos", map[string]string{"model": "ref-t2v", "prompt": "a long one", "size": "480x272",
+			"num_frames": "17", "num_inference_steps": "30"}).json(t)["id"].(string)
+
+		ledger.close() // the outage
+		assert.Equal(t, 400, e.postForm(t, "/v1/videos", map[string]string{"model": "ref-t2v", "prompt": "x", "fps": "30"}).status)
+		assert.NotEqual(t, "completed", e.do(t, "GET", "/v1/videos/"+id, "", nil).json(t)["status"], "the job ends during the outage")
+		refused(t, e.postForm(t, "/v1/videos", small))
+		health := e.do(t, "GET", "/health", "", nil)
+		assert.Equal(t, 200, health.status)
+		assert.Equal(t, "ledger_unwritable", health.json(t)["reason"].(map[string]any)["code"], "/health says why")
+		assert.Equal(t, "completed", e.waitVideo(t, id)["status"])
+
+		ledger = openFIFO(t, path) // the disk has room again
+		ledger.read()
+		require.Eventually(t, func() bool { return len(ledger.lines()) == 2 }, 5*time.Second, 10*time.Millisecond, "the waiting lines are written")
+		after := e.postForm(t, "/v1/videos", small).json(t)["id"].(string)
+		assert.Equal(t, "completed", e.waitVideo(t, after)["status"])
+		require.Eventually(t, func() bool { return len(ledger.lines()) == 3 }, 5*time.Second, 10*time.Millisecond)
+		var got []string
+		for _, l := range ledger.lines() {
+			var le server.LedgerEntry
+			require.NoError(t, json.Unmarshal([]byte(l), &le), "a whole line: %.80s", l)
+			got = append(got, le.Event+" "+le.JobID+" "+le.Status)
+		}
+		assert.Equal(t, []string{"rejected  rejected", "job " + id + " completed", "job " + after + " completed"}, got,
+			"the refusal whose line failed first, the job's terminal line once, then the next job's")
+	})
+
+	t.Run("an exit during an outage", func(t *testing.T) {
+		dir := t.TempDir()
+		cmd, e := startMediaserve(t, bin, filepath.Join(dir, "art"), "/dev/full")
+		id := e.postForm(t, "/v1/videos", small).json(t)["id"].(string)
+		assert.Equal(t, "completed", e.waitVideo(t, id)["status"])
+		refused(t, e.postForm(t, "/v1/videos", small))
+		require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+		var exit *exec.ExitError
+		require.ErrorAs(t, cmd.Wait(), &exit)
+		assert.Equal(t, 1, exit.ExitCode())
+		assert.Contains(t, cmd.Stderr.(*syncBuffer).String(), "mediaserve: ledger: 2 lines could not be written (no space left on device), "+
+			"1 of them owed to accepted jobs (terminal, delete or expiry lines)\n")
+	})
+}
+
+// fifoReader reads the lines a FIFO's writer sends while it is open.
+type fifoReader struct {
+	f    *os.File
+	mu   sync.Mutex
+	buf  []byte
+	done chan struct{}
+}
+
+func openFIFO(t *testing.T, path string) *fifoReader {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	require.NoError(t, err)
+	r := &fifoReader{f: f, done: make(chan struct{})}
+	t.Cleanup(r.close)
+	return r
+}
+
+// read starts reading, once a writer has the FIFO open (without one, a read ends at once).
+func (r *fifoReader) read() {
+	go func() {
+		defer close(r.done)
+		b := make([]byte, 64<<10)
+		for {
+			n, err := r.f.Read(b)
+			r.mu.Lock()
+			r.buf = append(r.buf, b[:n]...)
+			r.mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+}
+
+// close ends reading: the writer's writes fail from now on.
+func (r *fifoReader) close() {
+	if r.f.Close() == nil {
+		<-r.done
+	}
+}
+
+// lines are the whole lines read so far.
+func (r *fifoReader) lines() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if i := bytes.LastIndexByte(r.buf, '\n'); i >= 0 {
+		return strings.Split(string(r.buf[:i]), "\n")
+	}
+	return nil
 }
 
 // stall keeps n multipart uploads declaring 32 MiB open on url, the server's -max-conns being

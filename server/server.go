@@ -273,6 +273,9 @@ func (s *Server) Close() error {
 		if err := s.fault.exitStatus(); err != nil {
 			errs = append(errs, err)
 		}
+		if err := s.ledger.close(); err != nil {
+			errs = append(errs, err)
+		}
 	})
 	return errors.Join(errs...)
 }
@@ -300,12 +303,22 @@ func (s *Server) sweepOrphans() {
 // Handler returns the HTTP API.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
+	// A down ledger leaves /health at 200: the process serves, and a restart would lose the
+	// lines that wait for the disk. /ready says no new job is taken.
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
+		if e := s.ledgerDown(); e != nil {
+			writeJSON(w, http.StatusOK, map[string]any{"status": "degraded", "reason": e})
+			return
+		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /ready", func(w http.ResponseWriter, r *http.Request) {
+		e := s.ledgerDown()
 		if !s.ready.Load() {
-			writeError(w, errf(http.StatusServiceUnavailable, "not_ready", "", "models are loading"))
+			e = errf(http.StatusServiceUnavailable, "not_ready", "", "models are loading")
+		}
+		if e != nil {
+			writeError(w, e)
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
@@ -479,9 +492,12 @@ func (s *Server) chargeDecode(held *reservation, cost int64) *apiError {
 	return held.take(cost)
 }
 
-// full refuses new jobs by name when the store is at a bound: jobs kept, artifact bytes or
-// ledger bytes. Call with s.mu held.
+// full refuses new jobs by name when the store is at a bound (jobs kept, artifact bytes or
+// ledger bytes) or the ledger cannot write. Call with s.mu held.
 func (s *Server) full() *apiError {
+	if e := s.ledgerDown(); e != nil {
+		return e
+	}
 	switch {
 	case len(s.jobs) >= s.cfg.MaxJobs:
 		return errf(http.StatusTooManyRequests, "too_many_jobs", "",
@@ -494,4 +510,16 @@ func (s *Server) full() *apiError {
 			"the request ledger has reached its limit of %d bytes; no new job is accepted", s.cfg.MaxLedgerBytes)
 	}
 	return nil
+}
+
+// ledgerDown is the refusal of new jobs while the ledger cannot write (nil while it can).
+func (s *Server) ledgerDown() *apiError {
+	why := s.ledger.downBecause()
+	if why == "" {
+		return nil
+	}
+	e := errf(http.StatusServiceUnavailable, "ledger_unwritable", "",
+		"the request ledger cannot be written (%s): no new job is accepted until it can; the lines owed to accepted jobs wait in memory", why)
+	e.retryAfter = ledgerRetry
+	return e
 }
