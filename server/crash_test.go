@@ -166,18 +166,15 @@ func buildMediaserve(t *testing.T) string {
 	return built.bin
 }
 
-// startMediaserve runs the real binary on dir and returns it with its base URL once it listens.
-// models are its -model flags (default ref-t2v alone).
-func startMediaserve(t *testing.T, bin, dir, ledger string, models ...string) (*exec.Cmd, *env) {
+// startMediaserve runs the real binary on dir and returns it with its base URL once it listens
+// (its stderr: cmd.Stderr, a *syncBuffer). flags are more of its flags; without a -model
+// among them it serves ref-t2v alone.
+func startMediaserve(t *testing.T, bin, dir, ledger string, flags ...string) (*exec.Cmd, *env) {
 	t.Helper()
-	if len(models) == 0 {
-		models = []string{"ref-t2v"}
+	if !slices.Contains(flags, "-model") {
+		flags = append(flags, "-model", "ref-t2v")
 	}
-	args := []string{"-port", "0", "-artifact-dir", dir, "-ledger", ledger}
-	for _, m := range models {
-		args = append(args, "-model", m)
-	}
-	cmd := exec.Command(bin, args...)
+	cmd := exec.Command(bin, append([]string{"-port", "0", "-artifact-dir", dir, "-ledger", ledger}, flags...)...)
 	stderr := &syncBuffer{}
 	cmd.Stderr = stderr
 	stdout, err := cmd.StdoutPipe()

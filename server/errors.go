@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
+	"time"
 	"unicode/utf8"
 )
 
@@ -14,6 +16,8 @@ type apiError struct {
 	Type    string `json:"type"`
 	Param   string `json:"param,omitempty"`
 	Code    string `json:"code"`
+
+	retryAfter time.Duration // the answer's Retry-After, when set
 }
 
 func (e *apiError) Error() string { return e.Code + ": " + e.Message }
@@ -72,5 +76,8 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeError(w http.ResponseWriter, e *apiError) {
+	if e.retryAfter > 0 && w.Header().Get("Retry-After") == "" {
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(e.retryAfter)))
+	}
 	writeJSON(w, e.Status, map[string]*apiError{"error": e})
 }

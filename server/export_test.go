@@ -11,3 +11,10 @@ func SetUploadGrace(d time.Duration) (restore func()) {
 
 // ExcerptBytes is how much of a client's input a message quotes.
 const ExcerptBytes = excerptBytes
+
+// SetLedgerWaiting bounds the bytes a down ledger keeps, for tests.
+func SetLedgerWaiting(n int) (restore func()) {
+	old := maxWaitingBytes
+	maxWaitingBytes = n
+	return func() { maxWaitingBytes = old }
+}

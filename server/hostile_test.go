@@ -313,43 +313,109 @@ func (d *failingDisk) Truncate(n int64) error {
 	return nil
 }
 
-func (d *failingDisk) lines(t *testing.T) []string {
+func (d *failingDisk) setFull(full bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	require.True(t, len(d.buf) == 0 || d.buf[len(d.buf)-1] == '\n', "a partial line is left: %q", d.buf)
-	return strings.Split(strings.TrimSuffix(string(d.buf), "\n"), "\n")
+	d.full = full
 }
 
-// The ledger writes again once a full disk has room (json.Encoder kept its first error, and 0
-// lines followed), and leaves no partial line.
+// entries parses the lines on the disk, each of which must be whole.
+func (d *failingDisk) entries(t *testing.T) []server.LedgerEntry {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.buf) == 0 {
+		return nil
+	}
+	require.Equal(t, byte('\n'), d.buf[len(d.buf)-1], "a partial line is left: %q", d.buf)
+	var out []server.LedgerEntry
+	for _, l := range strings.Split(strings.TrimSuffix(string(d.buf), "\n"), "\n") {
+		var e server.LedgerEntry
+		require.NoError(t, json.Unmarshal([]byte(l), &e), "a whole line: %.80s", l)
+		out = append(out, e)
+	}
+	return out
+}
+
+// While the ledger cannot write (a full disk), no new job is accepted (503 ledger_unwritable,
+// with Retry-After; /health says why, /ready answers the same 503), the terminal lines of the
+// jobs accepted before wait in memory, and once the disk has room they are written, unasked,
+// in order and each once, with no partial line left. Before, the ledger went on accepting jobs
+// and the lines of those that ended meanwhile were lost for good (and before that,
+// json.Encoder kept its first error: no line at all followed).
 func TestLedgerSurvivesAFullDisk(t *testing.T) {
 	disk := &failingDisk{}
-	e := start(t, server.Config{Ledger: disk})
+	gate := make(chan struct{})
+	e := start(t, server.Config{Ledger: disk, Models: []server.Model{{Checkpoint: fakeCheckpoint("fake", spec.TextToVideo), Task: &fakeTask{gate: gate}}}})
+	bad := map[string]string{"model": "fake", "prompt": "x", "fps": "30"}
+	job := map[string]string{"model": "fake", "prompt": "accepted before the disk filled"}
 
-	bad := map[string]string{"model": "ref-t2v", "prompt": "x", "fps": "30"}
 	for range 2 {
 		assert.Equal(t, 400, e.postForm(t, "/v1/videos", bad).status)
 	}
-	disk.mu.Lock()
-	disk.full = true
-	disk.mu.Unlock()
-	for range 5 {
-		assert.Equal(t, 400, e.postForm(t, "/v1/videos", bad).status)
+	var ids []string
+	for range 2 { // one runs, one waits in the queue
+		ids = append(ids, e.postForm(t, "/v1/videos", job).json(t)["id"].(string))
 	}
-	disk.mu.Lock()
-	disk.full = false
-	disk.mu.Unlock()
-	for range 5 {
-		assert.Equal(t, 400, e.postForm(t, "/v1/videos", bad).status)
+	disk.setFull(true)
+	for range 3 {
+		assert.Equal(t, 400, e.postForm(t, "/v1/videos", bad).status) // the first line fails: the ledger is down
 	}
-	id := e.postForm(t, "/v1/videos", map[string]string{"model": "ref-t2v", "prompt": "after the disk", "size": "160x96", "num_frames": "5", "num_inference_steps": "1"}).json(t)["id"].(string)
-	assert.Equal(t, "completed", e.waitVideo(t, id)["status"])
-	lines := disk.lines(t)
-	assert.Len(t, lines, 2+5+1, "the lines before the disk filled, and every one after it had room")
-	for _, l := range lines {
-		assert.True(t, json.Valid([]byte(l)), "a whole line: %.80s", l)
+	r := e.postForm(t, "/v1/videos", job)
+	require.Equal(t, 503, r.status, "%s", r.body)
+	assert.Equal(t, "ledger_unwritable", r.apiErr(t)["code"])
+	assert.Contains(t, r.apiErr(t)["message"], "no space left on device")
+	assert.Equal(t, "1", r.header.Get("Retry-After"))
+	health := e.do(t, "GET", "/health", "", nil)
+	assert.Equal(t, 200, health.status, "the process serves: a restart would lose the waiting lines")
+	assert.Equal(t, "degraded", health.json(t)["status"])
+	assert.Equal(t, "ledger_unwritable", health.json(t)["reason"].(map[string]any)["code"])
+	assert.Equal(t, 503, e.do(t, "GET", "/ready", "", nil).status)
+	close(gate)
+	for _, id := range ids {
+		assert.Equal(t, "completed", e.waitVideo(t, id)["status"], "ended while the disk was full")
 	}
-	assert.Contains(t, lines[len(lines)-1], id)
+
+	disk.setFull(false)
+	require.Eventually(t, func() bool { return len(disk.entries(t)) == 2+1+2 }, 3*time.Second, 10*time.Millisecond,
+		"the waiting lines are written once the disk has room, with no request to prompt it")
+	assert.Equal(t, "ok", e.do(t, "GET", "/health", "", nil).json(t)["status"])
+	assert.Equal(t, 200, e.do(t, "GET", "/ready", "", nil).status)
+	after := e.postForm(t, "/v1/videos", job).json(t)["id"].(string)
+	assert.Equal(t, "completed", e.waitVideo(t, after)["status"])
+
+	var got []string
+	lines := disk.entries(t)
+	for i, l := range lines {
+		got = append(got, l.Event+" "+l.JobID)
+		if i > 0 {
+			assert.False(t, l.Time.Before(lines[i-1].Time), "in order: %v", got)
+		}
+	}
+	assert.Equal(t, []string{"rejected ", "rejected ", "rejected ", "job " + ids[0], "job " + ids[1], "job " + after}, got,
+		"the lines before the disk filled, the first that failed (the two refusals after it are not written), each job's once")
+}
+
+// A ledger down until the server closes: past the bound on waiting lines (SetLedgerWaiting) the
+// lines of accepted jobs are lost, and Close says how many lines were never written.
+func TestLedgerDownAtClose(t *testing.T) {
+	defer server.SetLedgerWaiting(1)() // the first line that fails always waits; no other fits
+	disk := &failingDisk{}
+	gate := make(chan struct{})
+	e := start(t, server.Config{Ledger: disk, Models: []server.Model{{Checkpoint: fakeCheckpoint("fake", spec.TextToVideo), Task: &fakeTask{gate: gate}}}})
+	var ids []string
+	for range 3 {
+		ids = append(ids, e.postForm(t, "/v1/videos", map[string]string{"model": "fake", "prompt": "p"}).json(t)["id"].(string))
+	}
+	disk.setFull(true)
+	close(gate)
+	for _, id := range ids {
+		assert.Equal(t, "completed", e.waitVideo(t, id)["status"])
+	}
+	assert.Equal(t, 503, e.postForm(t, "/v1/videos", map[string]string{"model": "fake", "prompt": "p"}).status)
+	err := e.srv.Close()
+	require.Error(t, err)
+	assert.Equal(t, "ledger: 4 lines could not be written (no space left on device), 3 of them owed to accepted jobs (terminal, delete or expiry lines)", err.Error())
+	assert.Empty(t, disk.entries(t), "nothing was written")
 }
 
 // What the ledger quotes of bad input is bounded, headers it records are validated, and past

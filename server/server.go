@@ -72,8 +72,9 @@ type Config struct {
 	// job fails with job_timeout.
 	JobTimeout time.Duration
 	// MinUploadRate is the slowest a request body may arrive, in bytes a second after a first
-	// 10 s (default 64 KiB/s); MaxConns bounds open client connections (default 512), idle ones
-	// closed first to make room.
+	// 10 s (default 64 KiB/s); MaxConns bounds the client connections open for requests
+	// (default 512), of which uploads may hold three quarters and one client address's uploads
+	// a quarter (conn.go).
 	MinUploadRate int64
 	MaxConns      int
 	IdleTimeout   time.Duration // how long a keep-alive connection may sit idle (default 30 s)
@@ -89,15 +90,17 @@ type Config struct {
 
 // Server is a running mediaserve instance.
 type Server struct {
-	cfg    Config
-	log    *slog.Logger
-	ledger *ledger
-	lanes  map[string]*lane
-	order  []string // model ids in configured order
-	ready  atomic.Bool
-	fault  *fault
-	mem    *budget
-	denied rateLimit // 401s ledgered
+	cfg     Config
+	log     *slog.Logger
+	ledger  *ledger
+	lanes   map[string]*lane
+	order   []string // model ids in configured order
+	ready   atomic.Bool
+	fault   *fault
+	mem     *budget
+	denied  rateLimit // 401s ledgered
+	crowded rateLimit // 429 too_many_uploads ledgered
+	conns   *connGuard
 
 	mu     sync.Mutex
 	closed bool
@@ -174,7 +177,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		cfg: cfg, log: cfg.Log, ledger: newLedger(cfg.Ledger, cfg.MaxLedgerBytes, cfg.Log),
-		mem:   &budget{limit: cfg.MemoryBudget},
+		mem: &budget{limit: cfg.MemoryBudget}, conns: newConnGuard(cfg.MaxConns),
 		lanes: map[string]*lane{}, jobs: map[string]*job{}, gone: map[string]string{},
 		stop: make(chan struct{}), fault: f,
 	}
@@ -270,6 +273,9 @@ func (s *Server) Close() error {
 		if err := s.fault.exitStatus(); err != nil {
 			errs = append(errs, err)
 		}
+		if err := s.ledger.close(); err != nil {
+			errs = append(errs, err)
+		}
 	})
 	return errors.Join(errs...)
 }
@@ -297,12 +303,22 @@ func (s *Server) sweepOrphans() {
 // Handler returns the HTTP API.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
+	// A down ledger leaves /health at 200: the process serves, and a restart would lose the
+	// lines that wait for the disk. /ready says no new job is taken.
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
+		if e := s.ledgerDown(); e != nil {
+			writeJSON(w, http.StatusOK, map[string]any{"status": "degraded", "reason": e})
+			return
+		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /ready", func(w http.ResponseWriter, r *http.Request) {
+		e := s.ledgerDown()
 		if !s.ready.Load() {
-			writeError(w, errf(http.StatusServiceUnavailable, "not_ready", "", "models are loading"))
+			e = errf(http.StatusServiceUnavailable, "not_ready", "", "models are loading")
+		}
+		if e != nil {
+			writeError(w, e)
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
@@ -320,7 +336,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errf(http.StatusNotFound, "not_found", "", "no route %s %s", r.Method, r.URL.Path))
 	})
-	return s.withRequestID(s.withAuth(mux))
+	return s.withRequestID(s.withConnBounds(s.withAuth(mux)))
 }
 
 type ctxKey int
@@ -343,7 +359,7 @@ func (s *Server) withRequestID(next http.Handler) http.Handler {
 }
 
 // withAuth holds /v1/* to the bearer key, compared in constant time (over digests, so not
-// even its length leaks). Refusals are ledgered, at most authLinesPerSecond a second.
+// even its length leaks). Refusals are ledgered, at most limitedLinesPerSecond a second.
 func (s *Server) withAuth(next http.Handler) http.Handler {
 	if s.cfg.APIKey == "" {
 		return next
@@ -353,25 +369,20 @@ func (s *Server) withAuth(next http.Handler) http.Handler {
 		got := sha256.Sum256([]byte(r.Header.Get("Authorization")))
 		if strings.HasPrefix(r.URL.Path, "/v1/") && subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
 			e := errf(http.StatusUnauthorized, "unauthorized", "", "missing or wrong bearer key in Authorization")
-			writeError(w, e)
-			if dropped, ok := s.denied.allow(time.Now()); ok {
-				s.ledger.write(LedgerEntry{
-					Event: "rejected", RequestID: requestID(r), CorrelationID: correlationID(r),
-					Route: r.Method + " " + excerpt(r.URL.Path), Status: "rejected", HTTPStatus: e.Status,
-					Error: &JobError{Code: e.Code, Message: e.Message}, Suppressed: dropped,
-				}, false)
-			}
+			s.rejectAtMost(w, r, r.Method+" "+excerpt(r.URL.Path), "", e, &s.denied)
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
 }
 
-// authLinesPerSecond bounds the ledger lines 401s write: a client guessing keys cannot fill
-// the ledger; each line says how many refusals went unwritten before it.
-const authLinesPerSecond = 10
+// limitedLinesPerSecond bounds the ledger lines of refusals any client can have at will,
+// before its request is read (401, 429 too_many_uploads): a client guessing keys or
+// reconnecting as fast as it can cannot fill the ledger; each line says how many refusals
+// went unwritten before it.
+const limitedLinesPerSecond = 10
 
-// rateLimit allows authLinesPerSecond events in each second and counts the rest.
+// rateLimit allows limitedLinesPerSecond events in each second and counts the rest.
 type rateLimit struct {
 	mu      sync.Mutex
 	second  int64
@@ -386,7 +397,7 @@ func (l *rateLimit) allow(now time.Time) (dropped int, ok bool) {
 	if sec := now.Unix(); sec != l.second {
 		l.second, l.n = sec, 0
 	}
-	if l.n >= authLinesPerSecond {
+	if l.n >= limitedLinesPerSecond {
 		l.dropped++
 		return 0, false
 	}
@@ -411,14 +422,27 @@ func correlationID(r *http.Request) string {
 
 // reject answers with an error envelope and records the refusal in the ledger.
 func (s *Server) reject(w http.ResponseWriter, r *http.Request, route, model string, e *apiError) {
+	s.rejectAtMost(w, r, route, model, e, nil)
+}
+
+// rejectAtMost is reject whose ledger line is written only when limit allows (nil: always),
+// saying how many limit left out before it.
+func (s *Server) rejectAtMost(w http.ResponseWriter, r *http.Request, route, model string, e *apiError, limit *rateLimit) {
 	if e.Status == http.StatusTooManyRequests && w.Header().Get("Retry-After") == "" {
 		w.Header().Set("Retry-After", "1")
 	}
 	writeError(w, e)
+	dropped := 0
+	if limit != nil {
+		var ok bool
+		if dropped, ok = limit.allow(time.Now()); !ok {
+			return
+		}
+	}
 	s.ledger.write(LedgerEntry{
 		Event: "rejected", RequestID: requestID(r), CorrelationID: correlationID(r),
 		Route: route, Model: excerpt(model), Status: "rejected", HTTPStatus: e.Status,
-		Error: &JobError{Code: e.Code, Message: e.Message},
+		Error: &JobError{Code: e.Code, Message: e.Message}, Suppressed: dropped,
 	}, false)
 }
 
@@ -448,7 +472,7 @@ const maxVideoBody = 1 << 20
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request, allowJSON bool, limit int64) (*form, *reservation, *apiError) {
 	held, parse := s.mem.reserve(), s.mem.reserve()
 	defer parse.release()
-	paced := s.paceBody(w, r)
+	paced := s.paceBody(w, r, limit)
 	r.Body = http.MaxBytesReader(w, &chargedBody{ReadCloser: paced, res: parse}, limit)
 	f, e := readForm(r, allowJSON, held)
 	paced.done(s, 0)
@@ -468,9 +492,12 @@ func (s *Server) chargeDecode(held *reservation, cost int64) *apiError {
 	return held.take(cost)
 }
 
-// full refuses new jobs by name when the store is at a bound: jobs kept, artifact bytes or
-// ledger bytes. Call with s.mu held.
+// full refuses new jobs by name when the store is at a bound (jobs kept, artifact bytes or
+// ledger bytes) or the ledger cannot write. Call with s.mu held.
 func (s *Server) full() *apiError {
+	if e := s.ledgerDown(); e != nil {
+		return e
+	}
 	switch {
 	case len(s.jobs) >= s.cfg.MaxJobs:
 		return errf(http.StatusTooManyRequests, "too_many_jobs", "",
@@ -483,4 +510,16 @@ func (s *Server) full() *apiError {
 			"the request ledger has reached its limit of %d bytes; no new job is accepted", s.cfg.MaxLedgerBytes)
 	}
 	return nil
+}
+
+// ledgerDown is the refusal of new jobs while the ledger cannot write (nil while it can).
+func (s *Server) ledgerDown() *apiError {
+	why := s.ledger.downBecause()
+	if why == "" {
+		return nil
+	}
+	e := errf(http.StatusServiceUnavailable, "ledger_unwritable", "",
+		"the request ledger cannot be written (%s): no new job is accepted until it can; the lines owed to accepted jobs wait in memory", why)
+	e.retryAfter = ledgerRetry
+	return e
 }

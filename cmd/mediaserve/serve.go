@@ -64,7 +64,7 @@ serve's flags:
 	fs.Int64Var(&o.maxArtifacts, "max-artifact-bytes", 8<<30, "artifact bytes kept on disk (over it: 507 artifact_storage_full)")
 	fs.Int64Var(&o.maxLedger, "max-ledger-bytes", 256<<20, "size of the ledger file past which no new job is accepted (507 ledger_full)")
 	fs.DurationVar(&o.jobTimeout, "job-timeout", 15*time.Minute, "how long a job's Task may run at its row's pinned settings, scaled by the steps, frames and pixels asked (past it: failed, job_timeout)")
-	fs.IntVar(&o.maxConns, "max-conns", 512, "open client connections; at the limit the oldest idle one is closed (keep it under the open-file limit)")
+	fs.IntVar(&o.maxConns, "max-conns", 512, "client connections open for requests, of which uploads may hold 3/4 and one address's uploads 1/4 (over it: 429 too_many_uploads); refusals waiting for their answer and connections closing are held to as many again each (keep 3 times it under the open-file limit)")
 	fs.BoolVar(&o.keep, "keep-artifacts", false, "leave artifacts on disk at shutdown")
 	fs.IntVar(&o.lanes, "lanes", 0, "lanes per model, each a Task of its own taking jobs from the model's queue (0: one in process; for workers, one per GPU group of CUDA_VISIBLE_DEVICES)")
 	fs.StringVar(&o.engine, "engine", "", "run every model that offers the choice with this engine ("+strings.Join(spec.Engines, ", ")+"; default: each row's)")
