@@ -150,19 +150,19 @@ func TestEncodePSNRMeasuresTheEncoder(t *testing.T) {
 	raw := filepath.Join(t.TempDir(), "frames.rgb")
 	require.NoError(t, os.WriteFile(raw, v.Pix, 0o644))
 
-	p, err := EncodePSNR(raw, frames, true, nil)
+	p, err := EncodePSNR(raw, frames, true, nil, true)
 	require.NoError(t, err)
 	assert.Equal(t, 100.0, p)
 
 	changed := image.NewRGBA(frames[1].Rect)
 	copy(changed.Pix, frames[1].Pix)
 	changed.Pix[0] += 20
-	p, err = EncodePSNR(raw, []*image.RGBA{frames[0], changed}, false, nil)
+	p, err = EncodePSNR(raw, []*image.RGBA{frames[0], changed}, false, nil, true)
 	require.NoError(t, err)
 	assert.Less(t, p, 100.0)
 	assert.Greater(t, p, MinClipPSNR)
 	// Lossy within the floor passes a clip; an image must be lossless.
-	p, err = EncodePSNR(raw, []*image.RGBA{frames[0], changed}, true, nil)
+	p, err = EncodePSNR(raw, []*image.RGBA{frames[0], changed}, true, nil, true)
 	failsWith(t, err, "encode-psnr")
 	assert.ErrorContains(t, err, "a lossless artifact must decode to them exactly")
 	assert.Less(t, p, 40.0, "the figure is kept for the report")
@@ -171,9 +171,16 @@ func TestEncodePSNRMeasuresTheEncoder(t *testing.T) {
 	for i := range far.Pix {
 		far.Pix[i] = frames[1].Pix[i] + 100
 	}
-	_, err = EncodePSNR(raw, []*image.RGBA{frames[0], far}, false, nil)
+	_, err = EncodePSNR(raw, []*image.RGBA{frames[0], far}, false, nil, true)
 	failsWith(t, err, "encode-psnr")
 	assert.ErrorContains(t, err, "in 4x4 box means, under the floor of 28 dB")
+	assert.ErrorContains(t, err, "the encoding broke the frames", "the server declared the native frames")
+	// A server that does not declare which frames it encoded: all the check knows is that
+	// these are not the native frames.
+	_, err = EncodePSNR(raw, []*image.RGBA{frames[0], far}, false, nil, false)
+	failsWith(t, err, "encode-psnr")
+	assert.ErrorContains(t, err, "not the native frames")
+	assert.NotContains(t, err.Error(), "the encoding broke the frames (the server declares")
 
 	// A clip is compared in box means: pixel noise that averages out in each box (what H.264
 	// leaves of noise it cannot keep) passes; pixel by pixel it is 40 levels off.
@@ -189,17 +196,17 @@ func TestEncodePSNRMeasuresTheEncoder(t *testing.T) {
 	require.NoError(t, err)
 	grayRaw := filepath.Join(t.TempDir(), "gray.rgb")
 	require.NoError(t, os.WriteFile(grayRaw, gv.Pix, 0o644))
-	p, err = EncodePSNR(grayRaw, []*image.RGBA{noisy}, false, nil)
+	p, err = EncodePSNR(grayRaw, []*image.RGBA{noisy}, false, nil, true)
 	require.NoError(t, err)
 	assert.Equal(t, 100.0, p, "the noise cancels in the box")
-	p, err = EncodePSNR(grayRaw, []*image.RGBA{noisy}, true, nil)
+	p, err = EncodePSNR(grayRaw, []*image.RGBA{noisy}, true, nil, true)
 	failsWith(t, err, "encode-psnr")
 	assert.InDelta(t, 16.1, p, 0.1, "pixel by pixel: 40 levels everywhere")
 
-	_, err = EncodePSNR(raw, frames[:1], false, nil)
+	_, err = EncodePSNR(raw, frames[:1], false, nil, true)
 	failsWith(t, err, "encode-psnr")
 	assert.ErrorContains(t, err, "check encode-psnr: raw frames against the 1 decoded")
-	_, err = EncodePSNR(filepath.Join(t.TempDir(), "missing.rgb"), frames, false, nil)
+	_, err = EncodePSNR(filepath.Join(t.TempDir(), "missing.rgb"), frames, false, nil, true)
 	failsWith(t, err, "encode-psnr")
 	assert.ErrorContains(t, err, "check encode-psnr: the native raw frames")
 }
@@ -233,7 +240,7 @@ func TestFramePSNRHoldsEveryFrame(t *testing.T) {
 	err = FramePSNR(raw, 16, 16, off)
 	failsWith(t, err, "frame-psnr")
 	assert.ErrorContains(t, err, "frame 5 is")
-	_, clipErr := EncodePSNR(raw, off, false, nil)
+	_, clipErr := EncodePSNR(raw, off, false, nil, true)
 	assert.NoError(t, clipErr, "one frame in eight averages out over the clip")
 
 	failsWith(t, FramePSNR(raw, 16, 16, frames[:7]), "frame-psnr")

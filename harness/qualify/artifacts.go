@@ -207,7 +207,8 @@ func (e *encodeCheck) measure(c *caseRun, r aiperfRequest, frames []*image.RGBA)
 		}
 	}
 	e.measured++
-	return check.EncodePSNR(n.Raw, frames, c.Entry.Workload != spec.TextToVideo, contract)
+	sameFrames := r.declared.FramesSHA256 != "" && r.declared.FramesSHA256 == n.FramesSHA256
+	return check.EncodePSNR(n.Raw, frames, c.Entry.Workload != spec.TextToVideo, contract, sameFrames)
 }
 
 func (e *encodeCheck) skip(why string) {
