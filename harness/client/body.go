@@ -47,4 +47,3 @@ func multipartBody(fields map[string]string, file *filePart) (io.Reader, string,
 	}
 	return &buf, mw.FormDataContentType(), nil
 }
-

@@ -508,4 +508,3 @@ func (c *Client) doURL(ctx context.Context, method, u, route string, body io.Rea
 	}
 	return &response{method: method, route: route, resp: resp, body: b}, nil
 }
-

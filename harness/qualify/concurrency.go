@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mediaqual/mediaqual/harness/check"
+	"github.com/mediaqual/mediaqual/harness/media"
 	"github.com/mediaqual/mediaqual/harness/wire"
 	"github.com/mediaqual/mediaqual/models/spec"
 )
@@ -59,31 +60,37 @@ func (c *caseRun) concurrency(s *serving, a artifactSet, native nativeOutputs) (
 	// concurrent ones to (AIPerf's upload of a reference is its own encoding of it) and the
 	// throughput of one at a time, measured beside the concurrent one.
 	alone := make([][]byte, n)
-	start := time.Now()
+	var ran []float64 // the native Task's wall time for each, timed beside it where it can be
+	var aloneWall time.Duration
 	for i := range n {
+		before := c.nativeTaskMS(items[i%len(items)], native)
+		start := time.Now()
 		var err error
 		if alone[i], err = one(i, "alone"); err != nil {
 			return "", check.Fail("concurrency", "request %d alone (%s): %v", i+1, items[i%len(items)].key, err)
 		}
+		aloneWall += time.Since(start)
+		ran = append(ran, (before+c.nativeTaskMS(items[i%len(items)], native))/2)
 	}
-	aloneWall := time.Since(start)
 	// The server's Task times for these, each made with nothing else running, against the
 	// native path's for the same inputs (task-native).
-	var claimed, ran []float64
+	var claimed, nativeMS []float64
 	for i := range n {
 		id := fmt.Sprintf("%s-alone-%d", casePrefix(c.Entry.ID), i)
-		if nt := native[items[i%len(items)].key]; nt.TaskMS > 0 && c.claims[id] > 0 {
-			claimed, ran = append(claimed, c.claims[id]), append(ran, nt.TaskMS)
+		if ran[i] > 0 && c.claims[id] > 0 {
+			claimed, nativeMS = append(claimed, c.claims[id]), append(nativeMS, ran[i])
 		}
 	}
-	nativeNote, err := taskNative(claimed, ran)
+	// Where the server's time is a span around the Task call (its profile says so), not the call.
+	taskOnly := c.Config.Target.Profile.TaskTimeNote == ""
+	nativeNote, err := taskNative(claimed, nativeMS, taskOnly)
 	if err != nil {
 		return "", err
 	}
 	outs := make([][]byte, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
-	start = time.Now()
+	start := time.Now()
 	for i := range n {
 		wg.Go(func() { outs[i], errs[i] = one(i, "concurrent") })
 	}
@@ -198,4 +205,35 @@ func (c *caseRun) claimTask(requestID string, taskMS, inferenceS float64) {
 		c.claims = map[string]float64{}
 	}
 	c.claims[requestID] = taskMS
+}
+
+// nativeTaskMS is the native Task's wall time for it: timed here and now for a row whose Task
+// is the suite's own Go code (the reference families: a CPU shared with the server, whose
+// load moves both alike only when they run side by side), else the native path's time from
+// the correctness stage (a GPU row's Task is not run twice). 0 when there is none.
+func (c *caseRun) nativeTaskMS(it workItem, native nativeOutputs) float64 {
+	n, ok := native[it.key]
+	if !ok {
+		return 0
+	}
+	if c.Entry.NewTask == nil || c.Entry.Bundle != "" {
+		return n.TaskMS
+	}
+	task, err := c.Entry.NewTask()
+	if err != nil {
+		return n.TaskMS
+	}
+	req := spec.Request{Settings: it.st}
+	if it.ref != nil {
+		img, err := media.DecodeImageBytes(it.ref)
+		if err != nil {
+			return n.TaskMS
+		}
+		req.Reference, req.ReferenceFile = img, it.ref
+	}
+	start := time.Now()
+	if _, err := task.Run(c.ctx, req); err != nil {
+		return n.TaskMS
+	}
+	return ms(time.Since(start))
 }
