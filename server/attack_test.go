@@ -227,6 +227,12 @@ func TestLedgerOutageOnMediaserve(t *testing.T) {
 		cmd, e := startMediaserve(t, bin, filepath.Join(dir, "art"), "/dev/full")
 		id := e.postForm(t, "/v1/videos", small).json(t)["id"].(string)
 		assert.Equal(t, "completed", e.waitVideo(t, id)["status"])
+		// The job's status is completed before its terminal line is written: the outage is
+		// known once that write has failed, which /health says.
+		require.Eventually(t, func() bool {
+			reason, _ := e.do(t, "GET", "/health", "", nil).json(t)["reason"].(map[string]any)
+			return reason["code"] == "ledger_unwritable"
+		}, 5*time.Second, 10*time.Millisecond, "the failed write of the job's terminal line")
 		refused(t, e.postForm(t, "/v1/videos", small))
 		require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 		var exit *exec.ExitError

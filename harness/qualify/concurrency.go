@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -22,13 +23,14 @@ func ConcurrencyN(e spec.Entry, cfg Config, lanes int) int {
 	return max(2, cfg.Concurrency, lanes)
 }
 
-// concurrency is the stage "concurrency": after the measured run, N of the pinned requests at
-// once, each doing what a client does (a video's content asked at once, before it can be
-// complete; polls to its end and once after; its content fetched twice). Every job must be
-// answered within its deadline, none lost, and each output must be the same input's output in
-// the AIPerf run (bytes, or decoded frames where another encoding holds the same frames). The
-// throughput at N is reported against the run's; a server that runs one job at a time though
-// it does not say it has one lane is a finding, not a failure.
+// concurrency is the stage "concurrency": after the measured run, N of the run's inputs at
+// once, each driven as a client does (a video's content asked at once, before it can be
+// complete; polled to its end and once after; its content fetched twice). Every job must be
+// answered within its deadline, none lost, and each output must be the run's output for the
+// same input (made one at a time: bytes, or decoded frames where another encoding holds the
+// same frames). The throughput at N is reported against the run's; a server that runs one job
+// at a time though it does not say it has one lane is a finding, not a failure. The server's
+// Task times are held here to the native Task's (task-native).
 func (c *caseRun) concurrency(s *serving, a artifactSet, native nativeOutputs) (string, error) {
 	if s == nil {
 		return "", errors.New("no server: the serve stage failed")
@@ -36,12 +38,12 @@ func (c *caseRun) concurrency(s *serving, a artifactSet, native nativeOutputs) (
 	if len(a.Served) == 0 || a.Served[0].Path == "" {
 		return "", errors.New("no served artifacts to compare with: the artifacts stage failed")
 	}
+	// The probe's inputs are the run's, in its order, each with the run's output for it.
 	var items []workItem
-	// The probe's inputs are the run's, in its order.
-	seen := map[string]bool{}
+	run := map[string]artifact{}
 	for _, r := range a.Served {
-		if !seen[r.item.key] {
-			seen[r.item.key] = true
+		if _, ok := run[r.item.key]; !ok {
+			run[r.item.key] = r
 			items = append(items, r.item)
 		}
 	}
@@ -49,53 +51,29 @@ func (c *caseRun) concurrency(s *serving, a artifactSet, native nativeOutputs) (
 	// Each waits for the others on a server that runs one at a time.
 	ctx, cancel := context.WithTimeout(c.ctx, time.Duration(n)*c.requestDeadline())
 	defer cancel()
-	one := func(i int, tag string) ([]byte, error) {
-		id := fmt.Sprintf("%s-%s-%d", casePrefix(c.Entry.ID), tag, i)
-		if c.Entry.Workload == spec.TextToVideo {
-			return c.concurrentClip(ctx, s, items[i%len(items)], id)
-		}
-		return c.editWithin(ctx, s, items[i%len(items)], id)
-	}
-	// The same requests alone first, by the suite's own client: the outputs to hold the
-	// concurrent ones to (AIPerf's upload of a reference is its own encoding of it) and the
-	// throughput of one at a time, measured beside the concurrent one.
-	alone := make([][]byte, n)
-	var ran []float64 // the native Task's wall time for each, timed beside it where it can be
-	var aloneWall time.Duration
+	var ran []float64 // the native Task's wall times for these inputs, timed beside the burst where it can be
 	for i := range n {
-		before := c.nativeTaskMS(items[i%len(items)], native)
-		start := time.Now()
-		var err error
-		if alone[i], err = one(i, "alone"); err != nil {
-			return "", check.Fail("concurrency", "request %d alone (%s): %v", i+1, items[i%len(items)].key, err)
-		}
-		aloneWall += time.Since(start)
-		ran = append(ran, (before+c.nativeTaskMS(items[i%len(items)], native))/2)
-	}
-	// The server's Task times for these, each made with nothing else running, against the
-	// native path's for the same inputs (task-native).
-	var claimed, nativeMS []float64
-	for i := range n {
-		id := fmt.Sprintf("%s-alone-%d", casePrefix(c.Entry.ID), i)
-		if ran[i] > 0 && c.claims[id] > 0 {
-			claimed, nativeMS = append(claimed, c.claims[id]), append(nativeMS, ran[i])
-		}
-	}
-	// Where the server's time is a span around the Task call (its profile says so), not the call.
-	taskOnly := c.Config.Target.Profile.TaskTimeNote == ""
-	nativeNote, err := taskNative(claimed, nativeMS, taskOnly)
-	if err != nil {
-		return "", err
+		ran = append(ran, c.nativeTaskMS(items[i%len(items)], native))
 	}
 	outs := make([][]byte, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	start := time.Now()
 	for i := range n {
-		wg.Go(func() { outs[i], errs[i] = one(i, "concurrent") })
+		wg.Go(func() {
+			it, id := items[i%len(items)], fmt.Sprintf("%s-concurrent-%d", casePrefix(c.Entry.ID), i)
+			if c.Entry.Workload == spec.TextToVideo {
+				outs[i], errs[i] = c.concurrentClip(ctx, s, it, id)
+			} else {
+				outs[i], errs[i] = c.editWithin(ctx, s, it, id)
+			}
+		})
 	}
 	wg.Wait()
 	wall := time.Since(start)
+	for i := range n {
+		ran = append(ran, c.nativeTaskMS(items[i%len(items)], native))
+	}
 	var failed []error
 	for i, err := range errs {
 		if err != nil {
@@ -107,16 +85,40 @@ func (c *caseRun) concurrency(s *serving, a artifactSet, native nativeOutputs) (
 		return "", errors.Join(failed...)
 	}
 	for i, out := range outs {
-		if err := c.sameOutput(alone[i], out, i); err != nil {
-			return "", check.Fail("concurrency", "request %d of %d at once (%s) is not what the same request gave alone: %v", i+1, n, items[i%len(items)].key, err)
+		r := run[items[i%len(items)].key]
+		ran1, err := os.ReadFile(r.Path)
+		if err != nil {
+			return "", err
+		}
+		if err := c.sameOutput(ran1, out, i); err != nil {
+			return "", check.Fail("concurrency", "request %d of %d at once (%s) is not the run's output for the same input (request %s): %v", i+1, n, r.item.key, r.RequestID, err)
 		}
 	}
-	perS, aloneS := float64(n)/wall.Seconds(), float64(n)/aloneWall.Seconds()
-	speedup := perS / aloneS
+	// The server's Task times, the run's and these, against the native Task's for the same
+	// inputs (task-native), where the server's time is the Task call's and not a span around
+	// it (its profile says which).
+	claimed := c.runClaims(a)
+	for i := range n {
+		if ms := c.claims[fmt.Sprintf("%s-concurrent-%d", casePrefix(c.Entry.ID), i)]; ms > 0 {
+			claimed = append(claimed, ms)
+		}
+	}
+	nativeNote, err := taskNative(claimed, slices.DeleteFunc(ran, func(ms float64) bool { return ms <= 0 }), c.Config.Target.Profile.TaskTimeNote == "")
+	if err != nil {
+		return "", err
+	}
+	perS := float64(n) / wall.Seconds()
 	c.T.Attr("concurrent_items_per_s", fmt.Sprintf("%.3f", perS))
-	msg := fmt.Sprintf("%d requests at once, each answered and each what the same request gave alone; %.3f items/s at %d against %.3f one at a time (%.2fx)", n, perS, n, aloneS, speedup)
-	if speedup < 1.1 && s.lanes != 1 {
-		c.findings = append(c.findings, wire.Finding{Name: "serialised", Detail: fmt.Sprintf("%d requests at once gave %.2fx the throughput of one at a time, and the server does not say it runs one Task at a time", n, speedup)})
+	msg := fmt.Sprintf("%d requests at once, each answered and each the run's output for its input; %.3f items/s at %d", n, perS, n)
+	if c.Row.Timing == nil || c.Row.Timing.ItemsPerSecond <= 0 {
+		msg += " (the run's throughput is unknown: the timing stage established none)"
+	} else {
+		one := c.Row.Timing.ItemsPerSecond
+		speedup := perS / one
+		msg += fmt.Sprintf(" against %.3f at %d in the run (%.2fx)", one, c.Config.Concurrency, speedup)
+		if speedup < 1.1 && s.lanes != 1 {
+			c.findings = append(c.findings, wire.Finding{Name: "serialised", Detail: fmt.Sprintf("%d requests at once gave %.2fx the throughput of the run at concurrency %d, and the server does not say it runs one Task at a time", n, speedup, c.Config.Concurrency)})
+		}
 	}
 	if s.lanes == 1 {
 		msg += "; the server declares 1 lane"
@@ -125,6 +127,21 @@ func (c *caseRun) concurrency(s *serving, a artifactSet, native nativeOutputs) (
 		msg += "; " + nativeNote
 	}
 	return msg, nil
+}
+
+// runClaims are the server's Task times for the run's measured requests: the Task-call wall
+// where it reports one, else its one other report.
+func (c *caseRun) runClaims(a artifactSet) []float64 {
+	var out []float64
+	for _, r := range a.measured() {
+		switch {
+		case r.timing != nil && r.timing.TaskCallWallMS > 0:
+			out = append(out, r.timing.TaskCallWallMS)
+		case len(r.taskClaims) > 0 && r.taskClaims[0].MS > 0:
+			out = append(out, r.taskClaims[0].MS)
+		}
+	}
+	return out
 }
 
 // concurrentClip is one video job of the concurrency probe, as a client drives it: created,
@@ -170,8 +187,8 @@ func (c *caseRun) concurrentClip(ctx context.Context, s *serving, it workItem, i
 	return mp4[0], os.WriteFile(path, mp4[0], 0o644)
 }
 
-// sameOutput holds a probe output to the same request's output alone: the same bytes, or the
-// same decoded frames (an encoder that does not repeat its bytes).
+// sameOutput holds a probe output to the same input's output made one at a time: the same
+// bytes, or the same decoded frames (an encoder that does not repeat its bytes).
 func (c *caseRun) sameOutput(alone, out []byte, i int) error {
 	if bytes.Equal(alone, out) {
 		return nil

@@ -352,15 +352,17 @@ func pct(xs []float64, p float64) float64 {
 	return s[min(max(i, 0), len(s)-1)]
 }
 
-// task-native's bounds on the server's Task time against the native Task's: the ratio of the
-// fastest of each, so that a moment's load on a shared machine, which only ever slows a Task,
-// moves neither. The server's may be up to 2x the native (a span around the Task call, its
-// hand-over); it cannot be much shorter: at least 1/1.25 of it. A Task shorter than
-// minNativeMS is not timed against: its noise is its size.
+// task-native's bounds on the server's Task time against the native Task's: the fastest of
+// each, so that a moment's load on a shared machine, which only ever slows a Task, moves
+// neither. The server's may be up to 2x the native (a span around the Task call, an encoder
+// beside it on the same cores: ref-t2v's fastest served Task 1.0-1.4x the native one on 2
+// cores); it cannot be much shorter: at least 1/1.25 of it. A Task shorter than minNativeMS is
+// not timed against: there a timer's and a scheduler's noise is the size of the Task (an honest
+// 15.0 ms served against 20.4 native).
 const (
 	nativeFaster = 0.25
 	nativeSlower = 1.0
-	minNativeMS  = 20.0
+	minNativeMS  = 40.0
 )
 
 // taskNative is the check "task-native": the server's Task times for the suite's own requests
@@ -376,16 +378,15 @@ func taskNative(claimed, ran []float64, taskOnly bool) (string, error) {
 	if len(ran) == 0 || len(claimed) == 0 || slices.Min(ran) < minNativeMS {
 		return "", nil
 	}
-	lo, hi := 1/(1+nativeFaster), 1+nativeSlower
-	within := fmt.Sprintf("%.2f..%.2f", lo, hi)
-	if !taskOnly {
-		hi, within = math.Inf(1), fmt.Sprintf("at least %.2f: the server's time spans more than the Task", lo)
-	}
 	fastest, native := slices.Min(claimed), slices.Min(ran)
-	r := fastest / native
-	if r < lo || r > hi {
-		return "", check.Fail("task-native", "the server's fastest Task time is %.2fx the native Task's for the same inputs (%.1f ms of %d against %.1f ms of %d), outside %s: the server misreports its Task",
-			r, fastest, len(claimed), native, len(ran), within)
+	lo, hi := native/(1+nativeFaster), native*(1+nativeSlower)
+	within := fmt.Sprintf("%.1f..%.1f ms", lo, hi)
+	if !taskOnly {
+		hi, within = math.Inf(1), fmt.Sprintf("at least %.1f ms: the server's time spans more than the Task", lo)
 	}
-	return fmt.Sprintf("the server's fastest Task time %.2fx the native Task's for the same inputs (%s)", r, within), nil
+	if fastest < lo || fastest > hi {
+		return "", check.Fail("task-native", "the server's fastest Task time is %.1f ms (of %d), the native Task's %.1f ms (of %d) for the same inputs: outside %s, the server misreports its Task",
+			fastest, len(claimed), native, len(ran), within)
+	}
+	return fmt.Sprintf("the server's fastest Task time %.1f ms against the native Task's %.1f ms for the same inputs (within %s)", fastest, native, within), nil
 }
