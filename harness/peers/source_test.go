@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/mediaqual/mediaqual/harness/jobmodel"
 	"github.com/mediaqual/mediaqual/harness/peers"
 	"github.com/mediaqual/mediaqual/harness/wire"
 )
@@ -28,8 +29,8 @@ type claim struct {
 // TestProfilesHoldToReleasedSource holds every claim of the SGLang and vLLM-Omni wire profiles
 // to the released packages' source as installed in the peers' virtualenv (sglang 0.5.23,
 // vllm-omni 0.30.0, vllm 0.30.0): the statuses each can emit, how it deletes, where its time
-// field comes from, what its model list says, how it names fields in errors and what it reports
-// it produced; and docs/EXTERNAL.md's account of the peers' media paths (mediaClaims) and of what
+// field comes from, what its model list says, how it names fields in errors, what it reports it
+// produced, its own encoder and the rules of the job model it breaks (Departs); and docs/EXTERNAL.md's account of the peers' media paths (mediaClaims) and of what
 // is stood in (holdStandIns). A new release that changes one fails here, naming the claim.
 func TestProfilesHoldToReleasedSource(t *testing.T) {
 	root, err := filepath.Abs("../..")
@@ -92,6 +93,17 @@ func TestProfilesHoldToReleasedSource(t *testing.T) {
 	}
 	for _, c := range mediaClaims {
 		assert.Regexp(t, c.re, read(c.file), "%s (%s; docs/EXTERNAL.md)", c.what, c.file)
+	}
+	// Both encode clips with an encoder of their own (mediaClaims: SGLang's libx264 writer,
+	// vLLM-Omni's _encode_video_bytes), which identity holds to the floors, not to equal frames.
+	assert.True(t, wire.SGLang.OwnEncoder && wire.VLLMOmni.OwnEncoder, "wire.Profile.OwnEncoder")
+	// The rules of the job API's model each profile says the peer's code breaks: a rule of the
+	// model, and the line that breaks it in the installed source.
+	for _, p := range []wire.Profile{wire.SGLang, wire.VLLMOmni} {
+		for check, d := range p.Departs {
+			assert.True(t, slices.ContainsFunc(jobmodel.Rules, func(r jobmodel.Rule) bool { return r.Check == check }), "%s departs from %s, no rule of the model", p.Name, check)
+			assert.Contains(t, read(d.File), d.Source, "%s's departure from %s", p.Name, check)
+		}
 	}
 	holdStandIns(t, root, python)
 	assert.Equal(t, "body.", wire.VLLMOmni.ParamPrefix)

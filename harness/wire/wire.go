@@ -61,7 +61,7 @@ type Profile struct {
 	OwnEncoder bool
 	// Departs are the rules of the job API's model (harness/jobmodel, by check) the server's
 	// released code breaks, each with the source that breaks it: a violation of one is that
-	// peer's finding, not a failure of the row. harness/peers' TestDeparturesHoldToReleasedSource
+	// peer's finding, not a failure of the row. harness/peers' TestProfilesHoldToReleasedSource
 	// holds each to the installed source.
 	Departs map[string]Departure
 }
