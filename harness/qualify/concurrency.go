@@ -86,11 +86,11 @@ func (c *caseRun) concurrency(s *serving, a artifactSet, native nativeOutputs) (
 	}
 	for i, out := range outs {
 		r := run[items[i%len(items)].key]
-		ran1, err := os.ReadFile(r.Path)
+		made, err := os.ReadFile(r.Path)
 		if err != nil {
 			return "", err
 		}
-		if err := c.sameOutput(ran1, out, i); err != nil {
+		if err := c.sameOutput(made, out, i); err != nil {
 			return "", check.Fail("concurrency", "request %d of %d at once (%s) is not the run's output for the same input (request %s): %v", i+1, n, r.item.key, r.RequestID, err)
 		}
 	}
@@ -146,7 +146,7 @@ func (c *caseRun) runClaims(a artifactSet) []float64 {
 
 // concurrentClip is one video job of the concurrency probe, as a client drives it: created,
 // its content asked at once (a 4xx before completion; the history holds the answer), polled to
-// its end and once after, and its content fetched twice (the bytes must repeat).
+// its end and once after, and its content fetched twice (the history holds that the bytes repeat).
 func (c *caseRun) concurrentClip(ctx context.Context, s *serving, it workItem, id string) ([]byte, error) {
 	fields := map[string]string{"model": c.Entry.ID}
 	for k, v := range it.fields {
@@ -171,14 +171,13 @@ func (c *caseRun) concurrentClip(ctx context.Context, s *serving, it workItem, i
 	if _, err := s.API.GetVideo(ctx, v.ID); err != nil {
 		return nil, fmt.Errorf("job %s polled after it completed: %w", v.ID, err)
 	}
+	// Fetched twice: that the bytes repeat is the model's rule (job-content), held to the
+	// history with every other fetch.
 	var mp4 [2][]byte
 	for i := range mp4 {
 		if mp4[i], _, err = s.API.Content(ctx, v.ID); err != nil {
 			return nil, fmt.Errorf("job %s's content, fetch %d: %w", v.ID, i+1, err)
 		}
-	}
-	if !bytes.Equal(mp4[0], mp4[1]) {
-		return nil, fmt.Errorf("job %s's content answered other bytes when fetched again", v.ID)
 	}
 	path := filepath.Join(c.Dir, "concurrent", id+extension(c.Entry.Workload))
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -189,12 +188,12 @@ func (c *caseRun) concurrentClip(ctx context.Context, s *serving, it workItem, i
 
 // sameOutput holds a probe output to the same input's output made one at a time: the same
 // bytes, or the same decoded frames (an encoder that does not repeat its bytes).
-func (c *caseRun) sameOutput(alone, out []byte, i int) error {
-	if bytes.Equal(alone, out) {
+func (c *caseRun) sameOutput(ran, out []byte, i int) error {
+	if bytes.Equal(ran, out) {
 		return nil
 	}
 	var digests [2][]string
-	for k, b := range [][]byte{alone, out} {
+	for k, b := range [][]byte{ran, out} {
 		path := filepath.Join(c.Dir, "concurrent", fmt.Sprintf("compare-%d-%d%s", i, k, extension(c.Entry.Workload)))
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			return err
