@@ -269,7 +269,9 @@ func (f *fault) encoded(path string) (changed bool, err error) {
 	case f.is("uneven-frames") && strings.HasSuffix(path, ".mp4"):
 		// The same frames, stream-copied, each odd one's timestamp moved 0.4 of its duration.
 		tmp := path + ".uneven.mp4"
-		out, err := exec.Command("ffmpeg", "-v", "error", "-nostdin", "-y", "-i", path, "-c", "copy",
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a stream copy: no run waits for ever
+		defer cancel()
+		out, err := exec.CommandContext(ctx, "ffmpeg", "-v", "error", "-nostdin", "-y", "-i", path, "-c", "copy",
 			"-bsf:v", `setts=ts=PTS+if(mod(N\,2)\,DURATION*2/5\,0)`, "-movflags", "+faststart", "-f", "mp4", tmp).CombinedOutput()
 		if err != nil {
 			return false, fmt.Errorf("fault uneven-frames: %v: %s", err, out)
