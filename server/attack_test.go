@@ -130,11 +130,12 @@ func TestAttacksOnMediaserve(t *testing.T) {
 	} {
 		t.Run(a.name, func(t *testing.T) {
 			// The prober shares this machine's cores with the attacker (and, in make test, with
-			// other packages' tests): a /health slower than allowed is measured once more on a
-			// fresh server before it fails the test; both are logged.
+			// other packages' tests): a /health slower than allowed, or failed, is measured once
+			// more on a fresh server before it fails the test; both are logged.
 			var hwm int64
 			var slowest time.Duration
 			var fails, probes int
+			var firstFail string
 			for try := 1; try <= 2; try++ {
 				dir := t.TempDir()
 				flags := append([]string{"-model", "ref-edit", "-model", "ref-t2v"}, a.flags...)
@@ -146,21 +147,21 @@ func TestAttacksOnMediaserve(t *testing.T) {
 				took := time.Since(start)
 				stop()
 				hwm, slowest = peakRSS(t, cmd.Process.Pid), worst()
-				fails, probes = failed()
-				t.Logf("%s (try %d): peak RSS %d MiB, slowest /health %v (%d of %d failed), attack %v; answers %v",
-					a.name, try, hwm>>20, slowest, fails, probes, took.Round(10*time.Millisecond), tally(out))
+				fails, probes, firstFail = failed()
+				t.Logf("%s (try %d): peak RSS %d MiB, slowest /health %v (%d of %d failed%s), attack %v; answers %v",
+					a.name, try, hwm>>20, slowest, fails, probes, cond(fails > 0, ", the first "+firstFail), took.Round(10*time.Millisecond), tally(out))
 				for _, o := range out {
 					if !a.allow(o) {
 						t.Errorf("answer %v is not one this attack may get", o)
 						break
 					}
 				}
-				if slowest < a.slowest {
+				if slowest < a.slowest && fails == 0 {
 					break
 				}
 			}
 			assert.Less(t, hwm, int64(1500e6), "peak RSS under 1.5 GB")
-			assert.Zero(t, fails, "/health always answered")
+			assert.Zero(t, fails, "/health always answered (the first failure: %s)", firstFail)
 			assert.Less(t, slowest, a.slowest, "/health within %v", a.slowest)
 		})
 	}
@@ -478,12 +479,17 @@ func peakRSS(t *testing.T, pid int) int64 {
 }
 
 // watchHealth asks url's /health every 20 ms on a new connection, from now until stop, which
-// asks once more after the attack; failed says how many of how many probes failed.
-func watchHealth(url string) (slowest func() time.Duration, failed func() (fails, probes int), stop func()) {
+// asks once more after the attack; failed says how many of how many probes failed, and the
+// first failure. The probes come from 127.0.0.2, another client than the attacker's 127.0.0.1,
+// as a health checker is: past -max-conns the server closes a waiting connection of the address
+// that holds the most, which a probe from the attacker's own address could be.
+func watchHealth(url string) (slowest func() time.Duration, failed func() (fails, probes int, first string), stop func()) {
 	var mu sync.Mutex
 	var worst time.Duration
 	var fails, probes int
-	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	var first string // the first failure, as it came
+	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true, DialContext: dialer.DialContext}}
 	probe := func() {
 		start := time.Now()
 		resp, err := c.Get(url + "/health")
@@ -493,6 +499,11 @@ func watchHealth(url string) (slowest func() time.Duration, failed func() (fails
 		probes++
 		if err != nil || resp.StatusCode != 200 {
 			fails++
+			if first == "" && err != nil {
+				first = fmt.Sprintf("after %v: %v", d.Round(time.Millisecond), err)
+			} else if first == "" {
+				first = fmt.Sprintf("after %v: %s", d.Round(time.Millisecond), resp.Status)
+			}
 		}
 		if err == nil {
 			resp.Body.Close()
@@ -512,7 +523,7 @@ func watchHealth(url string) (slowest func() time.Duration, failed func() (fails
 		}
 	}()
 	return func() time.Duration { mu.Lock(); defer mu.Unlock(); return worst },
-		func() (int, int) { mu.Lock(); defer mu.Unlock(); return fails, probes },
+		func() (int, int, string) { mu.Lock(); defer mu.Unlock(); return fails, probes, first },
 		func() { close(done); <-finished; probe() }
 }
 
@@ -559,4 +570,12 @@ func png16Bomb(t *testing.T, size int) []byte {
 	chunk("IDAT", idat.Bytes())
 	chunk("IEND", nil)
 	return out.Bytes()
+}
+
+// cond is s when ok, else "".
+func cond(ok bool, s string) string {
+	if ok {
+		return s
+	}
+	return ""
 }
