@@ -73,14 +73,20 @@ func moduleRoot() (string, error) {
 	}
 }
 
-// pyEnv is the Python tests' environment. Unless it is set already, OMP_WAIT_POLICY=PASSIVE:
-// torch's OpenMP threads then sleep while they wait for work instead of spinning first, which,
+// pyEnv is the Python tests' environment. Unless they are set already: OMP_WAIT_POLICY=PASSIVE,
+// so that torch's OpenMP threads sleep while they wait for work instead of spinning first, which,
 // with several torch processes on a 2-core machine (make test), burned a tenth to a fifth of
-// their CPU time. It changes how idle threads wait, never what is computed.
+// their CPU time; and OMP_NUM_THREADS=1, one compute thread a process: make test runs several
+// torch processes at once, each of which would otherwise start a thread a core (the five Python
+// packages, one after another on the 2-core machine: 341 CPU s against 359, 245 s against 275).
+// Every process of a test computes with the same one thread, so what the tests compare (bytes of
+// two processes, of two layouts) is computed alike on both sides.
 func pyEnv() []string {
 	env := append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
-	if _, ok := os.LookupEnv("OMP_WAIT_POLICY"); !ok {
-		env = append(env, "OMP_WAIT_POLICY=PASSIVE")
+	for _, kv := range []string{"OMP_WAIT_POLICY=PASSIVE", "OMP_NUM_THREADS=1"} {
+		if _, ok := os.LookupEnv(strings.SplitN(kv, "=", 2)[0]); !ok {
+			env = append(env, kv)
+		}
 	}
 	return env
 }
