@@ -104,15 +104,12 @@ vet:
 	$(GO) vet -tags gpu ./...
 
 # gotestsum prints each package's line as it ends (a failure's output in full), so a long
-# run says how far along it is; go test alone prints nothing for minutes. go test starts the
-# packages in the order listed, at most two at once on two cores: ./selftest, the longest (its
-# fault children, about five minutes), first, so that the others run beside it instead of
-# after it while it waits on its children's deadlines (docs/PERFORMANCE.md).
+# run says how far along it is; go test alone prints nothing for minutes.
 test: ffmpeg chromium venvs vet
 	$(GO) mod download
 	@gotestsum=$$($(GO) tool -n gotestsum) || exit 1; \
-	echo "go test -count=1 -timeout 25m ./selftest ./... (one line a package as it ends)"; \
-	$$gotestsum --format pkgname -- -count=1 -timeout 25m ./selftest ./...
+	echo "go test -count=1 -timeout 25m ./... (one line a package as it ends)"; \
+	$$gotestsum --format pkgname -- -count=1 -timeout 25m ./...
 	$(MAKE) fuzz
 
 # Each fuzz target runs briefly on every test run (its seeds also run as plain tests); found

@@ -226,11 +226,7 @@ func (c *caseRun) claimTask(requestID string, taskMS, inferenceS float64) {
 // nativeTaskMS is the native Task's wall time for it: timed here and now for a row whose Task
 // is the suite's own Go code (the reference families: a CPU shared with the server, whose
 // load moves both alike only when they run side by side), else the native path's time from
-// the correctness stage (a GPU row's Task is not run twice). 0 when there is none. A clip's
-// Task streams its frames into the contract's encoder as it runs, as a server's Task does
-// into the encoder it starts with the Task: on a loaded machine x264 beside the Task slows it
-// (ref-t2v's honest served Task about 2.3x the bare native one in make test), and the native
-// Task is to be timed doing what the server's does.
+// the correctness stage (a GPU row's Task is not run twice). 0 when there is none.
 func (c *caseRun) nativeTaskMS(it workItem, native nativeOutputs) float64 {
 	n, ok := native[it.key]
 	if !ok {
@@ -250,14 +246,6 @@ func (c *caseRun) nativeTaskMS(it workItem, native nativeOutputs) float64 {
 			return n.TaskMS
 		}
 		req.Reference, req.ReferenceFile = img, it.ref
-	}
-	if c.Entry.Workload == spec.TextToVideo {
-		stream, stop, err := media.StreamContract(c.ctx, it.st.Size.W, it.st.Size.H, it.st.FPS)
-		if err != nil {
-			return n.TaskMS
-		}
-		defer stop()
-		req.Frames = stream
 	}
 	start := time.Now()
 	if _, err := task.Run(c.ctx, req); err != nil {
