@@ -356,9 +356,10 @@ func pct(xs []float64, p float64) float64 {
 // each, so that a moment's load on a shared machine, which only ever slows a Task, moves
 // neither. The server's may be up to 2x the native (a span around the Task call, an encoder
 // beside it on the same cores: ref-t2v's fastest served Task 1.0-1.4x the native one on 2
-// cores); it cannot be much shorter: at least 1/1.25 of it. A Task shorter than minNativeMS is
-// not timed against: there a timer's and a scheduler's noise is the size of the Task (an honest
-// 15.0 ms served against 20.4 native).
+// cores; 2.3x under heavier load, where a halved report then passes); it cannot be much
+// shorter: at least 1/1.25 of it. A Task shorter than minNativeMS is not timed against: there a
+// timer's and a scheduler's noise is the size of the Task (an honest 15.0 ms served against 20.4
+// native).
 const (
 	nativeFaster = 0.25
 	nativeSlower = 1.0
