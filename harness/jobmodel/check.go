@@ -2,6 +2,7 @@ package jobmodel
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -403,7 +404,7 @@ func holdListing(v *view) (*Violation, string) {
 			delete(expected, o.Job)
 		}
 	}
-	for _, id := range sortedKeys(last.jobs) {
+	for _, id := range slices.Sorted(maps.Keys(last.jobs)) {
 		got := last.jobs[id]
 		if _, ok := expected[id]; ok {
 			continue
@@ -415,7 +416,7 @@ func holdListing(v *view) (*Violation, string) {
 			return violation("job %s (%s) is listed after the run, but neither listed before it nor created by the suite or AIPerf: an orphan", append(last.pages[:1:1], start), id, got.Status), ""
 		}
 	}
-	for _, id := range sortedKeys(expected) {
+	for _, id := range slices.Sorted(maps.Keys(expected)) {
 		if _, ok := last.jobs[id]; ok {
 			continue
 		}
@@ -435,15 +436,6 @@ func (v *view) latest(id string) *Object {
 		return nil
 	}
 	return obs[len(obs)-1].Object
-}
-
-func sortedKeys[T any](m map[string]T) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 func holdFields(v *view) (*Violation, string) {
