@@ -106,7 +106,7 @@ vet:
 # gotestsum prints each package's line as it ends (a failure's output in full), so a long
 # run says how far along it is; go test alone prints nothing for minutes. make fuzz runs beside
 # it at nice 19, on what go test leaves idle (the self-test's children wait on their servers'
-# deadlines at the end), and its output follows go test's: it took about 25 s after it.
+# deadlines at the end; alone it takes about 25 s), and its output follows go test's.
 test: ffmpeg chromium venvs vet
 	$(GO) mod download
 	@gotestsum=$$($(GO) tool -n gotestsum) || exit 1; \
