@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"time"
 
@@ -29,8 +28,10 @@ func ConcurrencyN(e spec.Entry, cfg Config, lanes int) int {
 // answered within its deadline, none lost, and each output must be the run's output for the
 // same input (made one at a time: bytes, or decoded frames where another encoding holds the
 // same frames). The throughput at N is reported against the run's; a server that runs one job
-// at a time though it does not say it has one lane is a finding, not a failure. The server's
-// Task times are held here to the native Task's (task-native).
+// at a time though it does not say it has one lane is a finding, not a failure. Then the
+// server's Task times are held to the native Task's (task-native), where a reference row's
+// are made one at a time with the native Task beside each (taskPairs), each output held to
+// the run's as well.
 func (c *caseRun) concurrency(s *serving, a artifactSet, native nativeOutputs) (string, error) {
 	if s == nil {
 		return "", errors.New("no server: the serve stage failed")
@@ -51,10 +52,6 @@ func (c *caseRun) concurrency(s *serving, a artifactSet, native nativeOutputs) (
 	// Each waits for the others on a server that runs one at a time.
 	ctx, cancel := context.WithTimeout(c.ctx, time.Duration(n)*c.requestDeadline())
 	defer cancel()
-	var ran []float64 // the native Task's wall times for these inputs, timed beside the burst where it can be
-	for i := range n {
-		ran = append(ran, c.nativeTaskMS(items[i%len(items)], native))
-	}
 	outs := make([][]byte, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -71,9 +68,6 @@ func (c *caseRun) concurrency(s *serving, a artifactSet, native nativeOutputs) (
 	}
 	wg.Wait()
 	wall := time.Since(start)
-	for i := range n {
-		ran = append(ran, c.nativeTaskMS(items[i%len(items)], native))
-	}
 	var failed []error
 	for i, err := range errs {
 		if err != nil {
@@ -86,24 +80,18 @@ func (c *caseRun) concurrency(s *serving, a artifactSet, native nativeOutputs) (
 	}
 	for i, out := range outs {
 		r := run[items[i%len(items)].key]
-		made, err := os.ReadFile(r.Path)
-		if err != nil {
-			return "", err
-		}
-		if err := c.sameOutput(made, out, i); err != nil {
+		if err := c.asRun(r, out, i); err != nil {
 			return "", check.Fail("concurrency", "request %d of %d at once (%s) is not the run's output for the same input (request %s): %v", i+1, n, r.item.key, r.RequestID, err)
 		}
 	}
-	// The server's Task times, the run's and these, against the native Task's for the same
-	// inputs (task-native), where the server's time is the Task call's and not a span around
-	// it (its profile says which).
-	claimed := c.runClaims(a)
-	for i := range n {
-		if ms := c.claims[fmt.Sprintf("%s-concurrent-%d", casePrefix(c.Entry.ID), i)]; ms > 0 {
-			claimed = append(claimed, ms)
-		}
+	// The server's Task times against the native Task's for the same inputs (task-native),
+	// where the server's time is the Task call's and not a span around it (its profile says
+	// which).
+	pairs, err := c.taskPairs(s, items, run, a, native, n)
+	if err != nil {
+		return "", err
 	}
-	nativeNote, err := taskNative(claimed, slices.DeleteFunc(ran, func(ms float64) bool { return ms <= 0 }), c.Config.Target.Profile.TaskTimeNote == "")
+	nativeNote, err := taskNative(pairs, c.Config.Target.Profile.TaskTimeNote == "")
 	if err != nil {
 		return "", err
 	}
@@ -129,19 +117,72 @@ func (c *caseRun) concurrency(s *serving, a artifactSet, native nativeOutputs) (
 	return msg, nil
 }
 
-// runClaims are the server's Task times for the run's measured requests: the Task-call wall
-// where it reports one, else its one other report.
-func (c *caseRun) runClaims(a artifactSet) []float64 {
-	var out []float64
-	for _, r := range a.measured() {
-		switch {
-		case r.timing != nil && r.timing.TaskCallWallMS > 0:
-			out = append(out, r.timing.TaskCallWallMS)
-		case len(r.taskClaims) > 0 && r.taskClaims[0].MS > 0:
-			out = append(out, r.taskClaims[0].MS)
+// besideN is how many requests the concurrency probe makes with the native Task run beside
+// each (taskPairs).
+const besideN = 6
+
+// taskPair is the server's Task time for one request and the native Task's for its input.
+type taskPair struct{ claimed, native float64 }
+
+// taskPairs are the server's Task times, each with the native Task's time for the same input.
+// For a row whose Task is the suite's own Go code (the reference families), besideN more
+// requests, each made one at a time with the native Task run beside it: the two share the
+// machine's CPU with each other and with whatever else runs, so a load that slows one slows
+// the other (the native Task timed alone, before and after, let a halved report pass under
+// load: the server's Task, its encoder beside it, slowed 1.4-2.3x more than the native one).
+// Else (a GPU row's Task is not run twice) the run's requests and the probe's against the
+// correctness stage's native times. None where the native Task is too short to time
+// against (minNativeMS) or there is no native path.
+func (c *caseRun) taskPairs(s *serving, items []workItem, run map[string]artifact, a artifactSet, native nativeOutputs, n int) ([]taskPair, error) {
+	var out []taskPair
+	add := func(claimed, nativeMS float64) {
+		if claimed > 0 && nativeMS > 0 {
+			out = append(out, taskPair{claimed, nativeMS})
 		}
 	}
-	return out
+	if !c.retimesNative() {
+		for _, r := range a.measured() {
+			switch {
+			case r.timing != nil && r.timing.TaskCallWallMS > 0:
+				add(r.timing.TaskCallWallMS, native[r.item.key].TaskMS)
+			case len(r.taskClaims) > 0:
+				add(r.taskClaims[0].MS, native[r.item.key].TaskMS)
+			}
+		}
+		for i := range n {
+			it := items[i%len(items)]
+			add(c.claim(fmt.Sprintf("%s-concurrent-%d", casePrefix(c.Entry.ID), i)), native[it.key].TaskMS)
+		}
+		return out, nil
+	}
+	for i := range besideN {
+		it := items[i%len(items)]
+		if native[it.key].TaskMS < minNativeMS {
+			continue // not timed against: taskNative says why
+		}
+		id := fmt.Sprintf("%s-beside-%d", casePrefix(c.Entry.ID), i)
+		ctx, cancel := context.WithTimeout(c.ctx, c.requestDeadline())
+		var nativeMS float64
+		var wg sync.WaitGroup
+		wg.Go(func() { nativeMS = c.nativeTaskMS(it, native) })
+		var out []byte
+		var err error
+		if c.Entry.Workload == spec.TextToVideo {
+			out, err = c.concurrentClip(ctx, s, it, id)
+		} else {
+			out, err = c.editWithin(ctx, s, it, id)
+		}
+		wg.Wait()
+		cancel()
+		if err != nil {
+			return nil, check.Fail("concurrency", "request %d of %d with the native Task beside it (%s): %v", i+1, besideN, it.key, err)
+		}
+		if err := c.asRun(run[it.key], out, n+i); err != nil {
+			return nil, check.Fail("concurrency", "request %d of %d with the native Task beside it (%s) is not the run's output for the same input: %v", i+1, besideN, it.key, err)
+		}
+		add(c.claim(id), nativeMS)
+	}
+	return out, nil
 }
 
 // concurrentClip is one video job of the concurrency probe, as a client drives it: created,
@@ -186,6 +227,15 @@ func (c *caseRun) concurrentClip(ctx context.Context, s *serving, it workItem, i
 	return mp4[0], os.WriteFile(path, mp4[0], 0o644)
 }
 
+// asRun holds a probe output to r, the run's output for the same input (sameOutput).
+func (c *caseRun) asRun(r artifact, out []byte, i int) error {
+	made, err := os.ReadFile(r.Path)
+	if err != nil {
+		return err
+	}
+	return c.sameOutput(made, out, i)
+}
+
 // sameOutput holds a probe output to the same input's output made one at a time: the same
 // bytes, or the same decoded frames (an encoder that does not repeat its bytes).
 func (c *caseRun) sameOutput(ran, out []byte, i int) error {
@@ -223,16 +273,25 @@ func (c *caseRun) claimTask(requestID string, taskMS, inferenceS float64) {
 	c.claims[requestID] = taskMS
 }
 
-// nativeTaskMS is the native Task's wall time for it: timed here and now for a row whose Task
-// is the suite's own Go code (the reference families: a CPU shared with the server, whose
-// load moves both alike only when they run side by side), else the native path's time from
-// the correctness stage (a GPU row's Task is not run twice). 0 when there is none.
+// claim is the server's Task time for one of the suite's own requests, 0 when it gave none.
+func (c *caseRun) claim(requestID string) float64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.claims[requestID]
+}
+
+// retimesNative says whether the native Task can be run again here: a Task that is the suite's
+// own Go code (the reference families), not a GPU row's.
+func (c *caseRun) retimesNative() bool { return c.Entry.NewTask != nil && c.Entry.Bundle == "" }
+
+// nativeTaskMS is the native Task's wall time for it, timed here and now (taskPairs); the
+// correctness stage's time where the Task cannot be made again. 0 when there is none.
 func (c *caseRun) nativeTaskMS(it workItem, native nativeOutputs) float64 {
 	n, ok := native[it.key]
 	if !ok {
 		return 0
 	}
-	if c.Entry.NewTask == nil || c.Entry.Bundle != "" {
+	if !c.retimesNative() {
 		return n.TaskMS
 	}
 	task, err := c.Entry.NewTask()

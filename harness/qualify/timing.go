@@ -352,42 +352,48 @@ func pct(xs []float64, p float64) float64 {
 	return s[min(max(i, 0), len(s)-1)]
 }
 
-// task-native's bounds on the server's Task time against the native Task's: the fastest of
-// each, so that a moment's load on a shared machine, which only ever slows a Task, moves
-// neither. The server's may be up to 2x the native (a span around the Task call, an encoder
-// beside it on the same cores: ref-t2v's fastest served Task 1.0-1.4x the native one on 2
-// cores; 2.3x under heavier load, where a halved report then passes); it cannot be much
-// shorter: at least 1/1.25 of it. A Task shorter than minNativeMS is not timed against: there a
-// timer's and a scheduler's noise is the size of the Task (an honest 15.0 ms served against 20.4
-// native).
+// task-native's bounds on the server's Task time against the native Task's for the same
+// inputs, the two timed side by side (taskPairs) and each summed over the pairs: on a shared
+// CPU one pair is often uneven (which of the two had a core to itself), their sum much less.
+// The server's may be up to 2x the native (a span around the Task call); it cannot be much
+// shorter: at least 1/1.4 of it. Measured on 2 cores, besideN pairs a run: an honest ref-t2v
+// server 0.89-1.29x idle and 0.92-1.06x beside two busy loops and another run; a halved report
+// 0.41-0.54x and 0.45-0.52x (with four pairs the widest were 0.84-1.27x and 0.44-0.67x). A
+// Task shorter than minNativeMS is not timed against: there a timer's and a scheduler's noise
+// is the size of the Task (an honest 15.0 ms served against 20.4 native).
 const (
-	nativeFaster = 0.25
+	nativeFaster = 0.4
 	nativeSlower = 1.0
 	minNativeMS  = 40.0
 )
 
 // taskNative is the check "task-native": the server's Task times for the suite's own requests
-// (the concurrency stage's, alone and at once) against the native Task's wall times for the
-// same inputs (timed beside them, and by the native path), the one source of a Task's length
-// that is not the server's word, compared fastest to fastest. A Task reported at half its
-// length, or stretched to the whole request with every other part 0, is refused even when the
-// server's own figures agree with each other. A server whose time is a span around the Task
-// (taskOnly false: its profile says so, as SGLang's and vLLM-Omni's inference_time_s) is held to
-// the lower bound alone: its time may be longer than the Task, never shorter. Returns what it
-// established, "" when there was nothing to hold the server to.
-func taskNative(claimed, ran []float64, taskOnly bool) (string, error) {
-	if len(ran) == 0 || len(claimed) == 0 || slices.Min(ran) < minNativeMS {
+// against the native Task's wall times for the same inputs, the one source of a Task's length
+// that is not the server's word. A Task reported at half its length, or stretched to the whole
+// request with every other part 0, is refused even when the server's own figures agree with
+// each other. A server whose time is a span around the Task (taskOnly false: its profile says
+// so, as SGLang's and vLLM-Omni's inference_time_s) is held to the lower bound alone: its time
+// may be longer than the Task, never shorter. Returns what it established, "" when there was
+// nothing to hold the server to.
+func taskNative(pairs []taskPair, taskOnly bool) (string, error) {
+	if len(pairs) == 0 || slices.MinFunc(pairs, func(a, b taskPair) int { return cmp.Compare(a.native, b.native) }).native < minNativeMS {
 		return "", nil
 	}
-	fastest, native := slices.Min(claimed), slices.Min(ran)
-	lo, hi := native/(1+nativeFaster), native*(1+nativeSlower)
-	within := fmt.Sprintf("%.1f..%.1f ms", lo, hi)
+	var claimed, ran float64
+	var each []string
+	for _, p := range pairs {
+		claimed, ran = claimed+p.claimed, ran+p.native
+		each = append(each, fmt.Sprintf("%.1f/%.1f", p.claimed, p.native))
+	}
+	ratio := claimed / ran
+	lo, hi := 1/(1+nativeFaster), 1+nativeSlower
+	within := fmt.Sprintf("%.2f..%.2f", lo, hi)
 	if !taskOnly {
-		hi, within = math.Inf(1), fmt.Sprintf("at least %.1f ms: the server's time spans more than the Task", lo)
+		hi, within = math.Inf(1), fmt.Sprintf("at least %.2f: the server's time spans more than the Task", lo)
 	}
-	if fastest < lo || fastest > hi {
-		return "", check.Fail("task-native", "the server's fastest Task time is %.1f ms (of %d), the native Task's %.1f ms (of %d) for the same inputs: outside %s, the server misreports its Task",
-			fastest, len(claimed), native, len(ran), within)
+	if ratio < lo || ratio > hi {
+		return "", check.Fail("task-native", "the server's Task time is %.2fx the native Task's for the same inputs (%d requests, server/native ms: %s): outside %s, the server misreports its Task",
+			ratio, len(pairs), strings.Join(each, ", "), within)
 	}
-	return fmt.Sprintf("the server's fastest Task time %.1f ms against the native Task's %.1f ms for the same inputs (within %s)", fastest, native, within), nil
+	return fmt.Sprintf("the server's Task time %.2fx the native Task's for the same inputs (%d requests, server/native ms: %s; within %s)", ratio, len(pairs), strings.Join(each, ", "), within), nil
 }

@@ -195,3 +195,33 @@ func TestEditTaskTimeFromTheAnswer(t *testing.T) {
 	_, err := check.TaskAgrees(q.taskClaims)
 	assert.NoError(t, err)
 }
+
+// task-native holds the server's Task times, summed, to the native Task's timed beside them:
+// pairs from the side-by-side runs measured on 2 cores (docs at nativeFaster). One uneven pair
+// does not decide; a halved report fails by name; a span profile is held to the lower bound
+// alone; a native Task too short to time against holds nothing.
+func TestTaskNativeSumsThePairs(t *testing.T) {
+	honest := []taskPair{{82.4, 53.9}, {78.3, 60.2}, {137.6, 102.9}, {92.4, 94.6}}
+	msg, err := taskNative(honest, true)
+	require.NoError(t, err)
+	assert.Contains(t, msg, "1.25x")
+	halved := []taskPair{{47.9, 78.0}, {45.1, 66.7}, {64.2, 124.9}, {32.3, 93.3}}
+	_, err = taskNative(halved, true)
+	checktest.Failed(t, err, "task-native")
+	assert.ErrorContains(t, err, "0.52x")
+	// One pair at 0.4x, the others even: the sum is within.
+	_, err = taskNative([]taskPair{{40, 100}, {100, 100}, {100, 100}, {100, 100}}, true)
+	require.NoError(t, err)
+	// Twice and more the native: a Task stretched over the request, unless the server's time is
+	// a span around the Task by its profile.
+	stretched := []taskPair{{250, 100}, {210, 100}}
+	_, err = taskNative(stretched, true)
+	checktest.Failed(t, err, "task-native")
+	_, err = taskNative(stretched, false)
+	require.NoError(t, err)
+	_, err = taskNative(halved, false)
+	checktest.Failed(t, err, "task-native")
+	msg, err = taskNative([]taskPair{{5, 30}, {5, 80}}, true)
+	require.NoError(t, err)
+	assert.Empty(t, msg, "a native Task under minNativeMS is not timed against")
+}
