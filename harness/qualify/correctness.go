@@ -429,14 +429,14 @@ func (c *caseRun) validate(path string, it workItem) ([]*image.RGBA, error) {
 		if err := check.Clip(info, want); err != nil {
 			return nil, err
 		}
-		p, err := media.FFprobe(c.ctx, path)
+		p, err := c.ffprobe(path)
 		if err != nil {
 			return nil, check.Fail("decodable", "%w", err)
 		}
 		if err := check.Decoded(p, want); err != nil {
 			return nil, err
 		}
-		frames, err := media.DecodeFrames(c.ctx, path)
+		frames, err := c.decodeClip(path)
 		if err != nil {
 			return nil, check.Fail("decodable", "%w", err)
 		}
@@ -464,11 +464,81 @@ func (c *caseRun) validate(path string, it workItem) ([]*image.RGBA, error) {
 func (c *caseRun) frameDigests(path string, frames []*image.RGBA) ([]string, error) {
 	if frames == nil {
 		var err error
-		if frames, err = decodeAll(c.ctx, path, c.Entry.Workload); err != nil {
+		if frames, err = c.decodeAll(path); err != nil {
 			return nil, err
 		}
 	}
 	return media.FrameDigests(frames), nil
+}
+
+// clip is what the case learned of one clip's bytes, whatever its file's name: a run holds
+// many copies of one clip (a served artifact and the native path's, a warmup and its measured
+// twin), and the same bytes probe and decode the same.
+type clip struct {
+	probe  *media.Probe
+	frames []*image.RGBA // shared: read only
+}
+
+// clipOf is path's entry in the case's clips, by its bytes' digest, and that digest.
+func (c *caseRun) clipOf(path string) (clip, [sha256.Size]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return clip{}, [sha256.Size]byte{}, err
+	}
+	sum := sha256.Sum256(b)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.clips[sum], sum, nil
+}
+
+func (c *caseRun) keepClip(sum [sha256.Size]byte, update func(*clip)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.clips == nil {
+		c.clips = map[[sha256.Size]byte]clip{}
+	}
+	k := c.clips[sum]
+	update(&k)
+	c.clips[sum] = k
+}
+
+// ffprobe is ffprobe's account of a clip, probed once for the case (clip).
+func (c *caseRun) ffprobe(path string) (media.Probe, error) {
+	k, sum, err := c.clipOf(path)
+	switch {
+	case err != nil:
+		return media.Probe{}, err
+	case k.probe != nil:
+		return *k.probe, nil
+	}
+	p, err := media.FFprobe(c.ctx, path)
+	if err != nil {
+		return p, err
+	}
+	c.keepClip(sum, func(k *clip) { k.probe = &p })
+	return p, nil
+}
+
+// decodeClip is a clip's decoded frames, decoded once for the case (clip).
+func (c *caseRun) decodeClip(path string) ([]*image.RGBA, error) {
+	k, sum, err := c.clipOf(path)
+	if err != nil || k.frames != nil {
+		return k.frames, err
+	}
+	frames, err := media.DecodeFrames(c.ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	c.keepClip(sum, func(k *clip) { k.frames = frames })
+	return frames, nil
+}
+
+// decodeAll decodes a clip's frames (decodeClip), or an image as one frame.
+func (c *caseRun) decodeAll(path string) ([]*image.RGBA, error) {
+	if c.Entry.Workload == spec.TextToVideo {
+		return c.decodeClip(path)
+	}
+	return decodeAll(c.ctx, path, c.Entry.Workload)
 }
 
 // decodeAll decodes a clip's frames, or an image as one frame.

@@ -78,7 +78,7 @@ func (c *caseRun) ownEncoder() bool {
 func (c *caseRun) sameAsNative(path, sha string, decoded []string, n nativeOutput) error {
 	switch {
 	case c.ownEncoder():
-		frames, err := decodeAll(c.ctx, path, c.Entry.Workload)
+		frames, err := c.decodeAll(path)
 		if err != nil {
 			return err
 		}

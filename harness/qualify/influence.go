@@ -102,7 +102,7 @@ func (c *caseRun) seedInfluence(what string, a, b []byte) error {
 			return err
 		}
 		var err error
-		if frames[i], err = decodeAll(c.ctx, path, c.Entry.Workload); err != nil {
+		if frames[i], err = c.decodeAll(path); err != nil {
 			return check.Fail("shape-probe", "%s: decoding its output: %w", what, err)
 		}
 	}

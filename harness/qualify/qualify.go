@@ -30,6 +30,7 @@ package qualify
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
@@ -71,11 +72,12 @@ type caseRun struct {
 	jobs      []string          // video jobs created for the suite's requests: cleanup deletes each (createdJobs)
 	untied    []string          // AIPerf requests whose job the endpoint does not tie to its create (aiperf's account)
 	history   *jobmodel.History // every exchange with the server, held to the job API's model at the end
-	mu        sync.Mutex        // jobs, when the concurrency probe's requests add to it
+	mu        sync.Mutex        // jobs, claims and clips: the concurrency probe adds to them at once
 	// suiteEncodeMS is the longest the suite took to encode (and decode back) a clip's raw frames
 	// with the contract's encoder (encode-psnr): a server's encode of them cannot take no time.
 	suiteEncodeMS float64
-	claims        map[string]float64 // the server's Task time for the suite's own requests, by request id
+	claims        map[string]float64         // the server's Task time for the suite's own requests, by request id
+	clips         map[[sha256.Size]byte]clip // what was probed and decoded of each clip, by its bytes' digest
 }
 
 // notCompared is a stage that could not establish anything: it is reported as not run (never

@@ -319,7 +319,7 @@ func (c *caseRun) showArtifact(served []artifact) error {
 	s := served[0]
 	prompt := s.item.fields["prompt"]
 	if c.Entry.Workload == spec.TextToVideo {
-		frames, err := media.DecodeFrames(c.ctx, s.Path)
+		frames, err := c.decodeClip(s.Path)
 		if err != nil {
 			return err
 		}
