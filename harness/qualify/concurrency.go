@@ -87,11 +87,12 @@ func (c *caseRun) concurrency(s *serving, a artifactSet, native nativeOutputs) (
 	// The server's Task times against the native Task's for the same inputs (task-native),
 	// where the server's time is the Task call's and not a span around it (its profile says
 	// which).
-	pairs, err := c.taskPairs(s, items, run, a, native, n)
+	taskOnly := c.Config.Target.Profile.TaskTimeNote == ""
+	pairs, err := c.taskPairs(s, items, run, a, native, n, taskOnly)
 	if err != nil {
 		return "", err
 	}
-	nativeNote, err := taskNative(pairs, c.Config.Target.Profile.TaskTimeNote == "")
+	nativeNote, err := taskNative(pairs, taskOnly)
 	if err != nil {
 		return "", err
 	}
@@ -117,23 +118,26 @@ func (c *caseRun) concurrency(s *serving, a artifactSet, native nativeOutputs) (
 	return msg, nil
 }
 
-// besideN is how many requests the concurrency probe makes with the native Task run beside
-// each (taskPairs).
-const besideN = 6
+// The concurrency probe makes besideMin to besideMax requests with the native Task run beside
+// each (taskPairs): past besideMin it stops once they settle task-native (settled).
+const (
+	besideMin = 3
+	besideMax = 6
+)
 
 // taskPair is the server's Task time for one request and the native Task's for its input.
 type taskPair struct{ claimed, native float64 }
 
 // taskPairs are the server's Task times, each with the native Task's time for the same input.
-// For a row whose Task is the suite's own Go code (the reference families), besideN more
-// requests, each made one at a time with the native Task run beside it: the two share the
+// For a row whose Task is the suite's own Go code (the reference families), besideMin to
+// besideMax more requests, each made one at a time with the native Task run beside it: the two share the
 // machine's CPU with each other and with whatever else runs, so a load that slows one slows
 // the other (the native Task timed alone, before and after, let a halved report pass under
 // load: the server's Task, its encoder beside it, slowed 1.4-2.3x more than the native one).
 // Else (a GPU row's Task is not run twice) the run's requests and the probe's against the
 // correctness stage's native times. None where the native Task is too short to time
 // against (minNativeMS) or there is no native path.
-func (c *caseRun) taskPairs(s *serving, items []workItem, run map[string]artifact, a artifactSet, native nativeOutputs, n int) ([]taskPair, error) {
+func (c *caseRun) taskPairs(s *serving, items []workItem, run map[string]artifact, a artifactSet, native nativeOutputs, n int, taskOnly bool) ([]taskPair, error) {
 	var out []taskPair
 	add := func(claimed, nativeMS float64) {
 		if claimed > 0 && nativeMS > 0 {
@@ -155,7 +159,10 @@ func (c *caseRun) taskPairs(s *serving, items []workItem, run map[string]artifac
 		}
 		return out, nil
 	}
-	for i := range besideN {
+	for i := range besideMax {
+		if len(out) >= besideMin && settled(out, taskOnly) {
+			break
+		}
 		it := items[i%len(items)]
 		if native[it.key].TaskMS < minNativeMS {
 			continue // not timed against: taskNative says why
@@ -175,10 +182,10 @@ func (c *caseRun) taskPairs(s *serving, items []workItem, run map[string]artifac
 		wg.Wait()
 		cancel()
 		if err != nil {
-			return nil, check.Fail("concurrency", "request %d of %d with the native Task beside it (%s): %v", i+1, besideN, it.key, err)
+			return nil, check.Fail("concurrency", "request %d of %d with the native Task beside it (%s): %v", i+1, besideMax, it.key, err)
 		}
 		if err := c.asRun(run[it.key], out, n+i); err != nil {
-			return nil, check.Fail("concurrency", "request %d of %d with the native Task beside it (%s) is not the run's output for the same input: %v", i+1, besideN, it.key, err)
+			return nil, check.Fail("concurrency", "request %d of %d with the native Task beside it (%s) is not the run's output for the same input: %v", i+1, besideMax, it.key, err)
 		}
 		add(c.claim(id), nativeMS)
 	}

@@ -225,3 +225,14 @@ func TestTaskNativeSumsThePairs(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, msg, "a native Task under minNativeMS is not timed against")
 }
+
+// Pairs stop early only when their sum is well clear of both bounds: a sum near one goes on to
+// besideMax.
+func TestTaskPairsSettle(t *testing.T) {
+	even := []taskPair{{100, 100}, {90, 100}, {110, 100}}
+	assert.True(t, settled(even, true), "1.0x: clear of 1/1.4 and 2")
+	assert.True(t, settled([]taskPair{{50, 100}, {45, 100}, {55, 100}}, true), "0.5x: clearly under 1/1.4")
+	assert.False(t, settled([]taskPair{{75, 100}, {70, 100}, {80, 100}}, true), "0.75x: within 1.2x of 1/1.4")
+	assert.False(t, settled([]taskPair{{190, 100}, {180, 100}, {200, 100}}, true), "1.9x: within 1.2x of 2")
+	assert.True(t, settled([]taskPair{{190, 100}, {180, 100}, {200, 100}}, false), "no upper bound for a span")
+}
