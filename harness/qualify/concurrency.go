@@ -130,13 +130,13 @@ type taskPair struct{ claimed, native float64 }
 
 // taskPairs are the server's Task times, each with the native Task's time for the same input.
 // For a row whose Task is the suite's own Go code (the reference families), besideMin to
-// besideMax more requests, each made one at a time with the native Task run beside it: the two share the
-// machine's CPU with each other and with whatever else runs, so a load that slows one slows
-// the other (the native Task timed alone, before and after, let a halved report pass under
-// load: the server's Task, its encoder beside it, slowed 1.4-2.3x more than the native one).
-// Else (a GPU row's Task is not run twice) the run's requests and the probe's against the
-// correctness stage's native times. None where the native Task is too short to time
-// against (minNativeMS) or there is no native path.
+// besideMax more requests, each made one at a time with the native Task run beside it: the two
+// share the machine's CPU with each other and with whatever else runs, so a load that slows one
+// slows the other (the native Task timed alone, before and after, let a halved report pass
+// under load: the server's Task, its encoder beside it, slowed 1.4-2.3x more than the native
+// one). Else (a GPU row's Task is not run twice) the run's requests and the probe's against the
+// correctness stage's native times. None where the native Task is too short to time against
+// (minNativeMS) or there is no native path.
 func (c *caseRun) taskPairs(s *serving, items []workItem, run map[string]artifact, a artifactSet, native nativeOutputs, n int, taskOnly bool) ([]taskPair, error) {
 	var out []taskPair
 	add := func(claimed, nativeMS float64) {
@@ -172,19 +172,19 @@ func (c *caseRun) taskPairs(s *serving, items []workItem, run map[string]artifac
 		var nativeMS float64
 		var wg sync.WaitGroup
 		wg.Go(func() { nativeMS = c.nativeTaskMS(it, native) })
-		var out []byte
+		var served []byte
 		var err error
 		if c.Entry.Workload == spec.TextToVideo {
-			out, err = c.concurrentClip(ctx, s, it, id)
+			served, err = c.concurrentClip(ctx, s, it, id)
 		} else {
-			out, err = c.editWithin(ctx, s, it, id)
+			served, err = c.editWithin(ctx, s, it, id)
 		}
 		wg.Wait()
 		cancel()
 		if err != nil {
 			return nil, check.Fail("concurrency", "request %d of %d with the native Task beside it (%s): %v", i+1, besideMax, it.key, err)
 		}
-		if err := c.asRun(run[it.key], out, n+i); err != nil {
+		if err := c.asRun(run[it.key], served, n+i); err != nil {
 			return nil, check.Fail("concurrency", "request %d of %d with the native Task beside it (%s) is not the run's output for the same input: %v", i+1, besideMax, it.key, err)
 		}
 		add(c.claim(id), nativeMS)
