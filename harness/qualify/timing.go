@@ -357,8 +357,8 @@ func pct(xs []float64, p float64) float64 {
 // CPU one pair is often uneven (which of the two had a core to itself), their sum much less.
 // The server's may be up to 2x the native (a span around the Task call); it cannot be much
 // shorter: at least 1/1.4 of it. Measured on 2 cores, six pairs a run: an honest ref-t2v
-// server 0.89-1.29x idle and 0.92-1.06x beside two busy loops and another run; a halved report
-// 0.41-0.54x and 0.45-0.52x; after three pairs, honest 0.80-1.01x and halved 0.41-0.50x (under
+// server 0.84-1.29x idle and 0.85-1.06x beside two busy loops and another run; a halved report
+// 0.41-0.57x and 0.42-0.52x; after three pairs, honest 0.80-1.01x and halved 0.41-0.50x (under
 // load). So pairs stop once the sum is settleMargin away from both bounds, and go on to
 // besideMax where it is not. A Task shorter than minNativeMS is not timed against: there a
 // timer's and a scheduler's noise is the size of the Task (an honest 15.0 ms served against
