@@ -399,9 +399,9 @@ func settled(pairs []taskPair, taskOnly bool) bool {
 
 // taskNative is the check "task-native": the server's Task times for the suite's own requests
 // against the native Task's wall times for the same inputs, the one source of a Task's length
-// that is not the server's word. A Task reported at half its length, or stretched to the whole
-// request with every other part 0, is refused even when the server's own figures agree with
-// each other. A server whose time is a span around the Task (taskOnly false: its profile says
+// that is not the server's word. A Task reported at half its length is refused even when the
+// server's own figures agree with each other, and one past twice the native's too (a Task
+// stretched over a ref-t2v job's encode is not: 1.4-1.9x; timing-parts refuses that one). A server whose time is a span around the Task (taskOnly false: its profile says
 // so, as SGLang's and vLLM-Omni's inference_time_s) is held to the lower bound alone: its time
 // may be longer than the Task, never shorter. Returns what it established, "" when there was
 // nothing to hold the server to.
