@@ -106,7 +106,7 @@ vet:
 # gotestsum prints each package's line as it ends (a failure's output in full), so a long
 # run says how far along it is; go test alone prints nothing for minutes. go test starts the
 # packages in the order listed, two at once on two cores: ./selftest, the longest (its fault
-# children, about four minutes), first, so that the others run beside it instead of after it.
+# children), first, so that the others run beside it instead of after it.
 # make fuzz runs beside it at nice 19, on what go test leaves idle (alone it takes about 25 s),
 # and its output follows go test's.
 test: ffmpeg chromium venvs vet

@@ -499,9 +499,11 @@ func watchHealth(url string) (slowest func() time.Duration, failed func() (fails
 		probes++
 		if err != nil || resp.StatusCode != 200 {
 			fails++
-			if first == "" && err != nil {
+			switch {
+			case first != "":
+			case err != nil:
 				first = fmt.Sprintf("after %v: %v", d.Round(time.Millisecond), err)
-			} else if first == "" {
+			default:
 				first = fmt.Sprintf("after %v: %s", d.Round(time.Millisecond), resp.Status)
 			}
 		}

@@ -146,10 +146,7 @@ func (c *caseRun) taskPairs(s *serving, items []workItem, run map[string]artifac
 	}
 	if !c.retimesNative() {
 		for _, r := range a.measured() {
-			switch {
-			case r.timing != nil && r.timing.TaskCallWallMS > 0:
-				add(r.timing.TaskCallWallMS, native[r.item.key].TaskMS)
-			case len(r.taskClaims) > 0:
+			if len(r.taskClaims) > 0 { // the Task-call wall first where there is one (taskClaims)
 				add(r.taskClaims[0].MS, native[r.item.key].TaskMS)
 			}
 		}
